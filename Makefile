@@ -1,0 +1,38 @@
+# rankecho: the two commands a newcomer needs are `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test lint demo bench sim-libs clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/setup-host.sh scripts/link-bcc.sh
+	bash scripts/setup-host.sh
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	bash scripts/link-bcc.sh $(VENV)
+	touch $(STAMP)
+
+# The fake libcudart/libnccl used to test the agent without GPUs.
+sim-libs:
+	@if [ -f sim/Makefile ]; then $(MAKE) -s -C sim; fi
+
+test: install sim-libs
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+demo: install sim-libs
+	$(BIN)/python -m rankecho.demo
+
+bench: install sim-libs
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info
+	@if [ -f sim/Makefile ]; then $(MAKE) -s -C sim clean; fi

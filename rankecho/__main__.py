@@ -1,0 +1,3 @@
+from rankecho.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,40 @@
+"""The ``rankecho`` console script: one parser, subcommands owned by the packages that implement them.
+
+Each package named in ``SUBCOMMAND_MODULES`` exposes ``register(subparsers)``, which adds its subcommands
+and sets ``handler`` (a callable taking the parsed namespace and returning an exit code). Those modules
+import only argparse-level code, so ``rankecho --help`` stays fast; heavy imports happen in handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+SUBCOMMAND_MODULES = ("echo.cli", "agent.cli", "sim.cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rankecho",
+        description="Find the GPU rank that stalls a distributed job when every host looks healthy.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in SUBCOMMAND_MODULES:
+        module = importlib.import_module(module_name)
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(handler(args) or 0)
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,109 @@
+"""Every OTLP attribute key and metric name rankecho puts on the wire, and how Echo maps them to columns.
+
+OpenTelemetry semantic-convention keys are used where one exists; everything else lives under the
+``rankecho.`` namespace. The one exception is ``causal_chain_id``: it is kept bare because the seed's
+queries read ``json_extract_string(attrs_json, '$.causal_chain_id')`` and seed-style producers send it.
+``docs/contract.md`` renders this module as a table; keep the two in step.
+
+Usage::
+
+    from shared import contract as c
+    resource = {c.CLUSTER_NAME: "demo", c.NODE_NAME: "node-a", c.RANK: 5, c.NRANKS: 8}
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- Resource attributes: semantic conventions --------------------------------------------------
+CLUSTER_NAME: Final = "k8s.cluster.name"
+NODE_NAME: Final = "k8s.node.name"
+HOST_NAME: Final = "host.name"
+SERVICE_NAME: Final = "service.name"
+SERVICE_INSTANCE_ID: Final = "service.instance.id"
+PROCESS_PID: Final = "process.pid"
+K8S_POD_NAME: Final = "k8s.pod.name"
+K8S_NAMESPACE_NAME: Final = "k8s.namespace.name"
+
+# --- Resource attributes: rankecho namespace ---------------------------------------------------
+RANK: Final = "rankecho.rank"
+NRANKS: Final = "rankecho.nranks"
+LOCAL_RANK: Final = "rankecho.local_rank"
+GPU_MODEL: Final = "rankecho.gpu.model"
+GPU_UUID: Final = "rankecho.gpu.uuid"
+PROCESS_START_NS: Final = "rankecho.process.start_ns"
+
+# --- Plain keys sent by seed-style producers (accepted by Echo, never sent by the agent) --------
+PLAIN_CLUSTER_ID: Final = "cluster_id"
+PLAIN_NODE_ID: Final = "node_id"
+PLAIN_RANK: Final = "rank"
+PLAIN_NRANKS: Final = "nranks"
+
+# --- Point attributes -----------------------------------------------------------------------
+CAUSAL_CHAIN_ID: Final = "causal_chain_id"
+"""``<comm_id>:<seq>``; identical on every rank for the same collective instance."""
+EVENT_ID: Final = "rankecho.event_id"
+"""Producer-chosen id; Echo stores a resent event once. Without it Echo hashes the content."""
+COMM_ID: Final = "rankecho.nccl.comm_id"
+SEQ: Final = "rankecho.nccl.seq"
+SEQ_ALIGNED: Final = "rankecho.nccl.seq_aligned"
+"""False when the agent attached mid-run, so ``seq`` counts from attach, not from comm init."""
+OP: Final = "rankecho.nccl.op"
+BYTES: Final = "rankecho.bytes"
+COUNT: Final = "rankecho.nccl.count"
+DATATYPE: Final = "rankecho.nccl.datatype"
+PEER: Final = "rankecho.nccl.peer"
+PARENT_COMM_ID: Final = "rankecho.nccl.parent_comm_id"
+ENTER_NS: Final = "rankecho.enter_ns"
+RETURN_NS: Final = "rankecho.return_ns"
+COMPLETE_NS: Final = "rankecho.complete_ns"
+CUDA_CALL: Final = "rankecho.cuda.call"
+CALL_IN_FLIGHT: Final = "rankecho.call_in_flight"
+TID: Final = "thread.id"
+THREAD_NAME: Final = "thread.name"
+OFFCPU_STATE: Final = "rankecho.sched.state"
+"""``sleeping`` (blocked, left the CPU voluntarily) or ``preempted`` (runnable, pushed off)."""
+WINDOW_NS: Final = "rankecho.window_ns"
+GPU_INDEX: Final = "rankecho.gpu.index"
+
+# --- Metric names (the ``metric_name`` column) ---------------------------------------------------
+M_COLLECTIVE: Final = "rankecho.nccl.collective"
+"""One per collective per rank. timestamp = enter; value_double = ms from enter to completion."""
+M_COMM_INIT: Final = "rankecho.nccl.comm_init"
+M_COMM_DESTROY: Final = "rankecho.nccl.comm_destroy"
+M_CUDA_SYNC: Final = "rankecho.cuda.sync"
+"""value_double = ms the host thread was blocked in a stream/event/device sync."""
+M_KERNEL_LAUNCHES: Final = "rankecho.cuda.kernel_launches"
+"""value_int = cudaLaunchKernel calls in the window ``rankecho.window_ns`` ending at timestamp."""
+M_CUDA_MALLOC: Final = "rankecho.cuda.malloc"
+M_CUDA_FREE: Final = "rankecho.cuda.free"
+M_CUDA_MEMCPY: Final = "rankecho.cuda.memcpy"
+M_OFFCPU: Final = "rankecho.sched.offcpu"
+"""timestamp = switch-out; value_double = ms off CPU; state and call in flight as attributes."""
+M_HEALTH: Final = "rankecho.health.score"
+"""Per-rank health in [0, 1]; formula in docs/health.md. The stress tool's synthetic metric too."""
+M_GPU_UTIL: Final = "rankecho.gpu.utilization"
+M_GPU_MEM_USED: Final = "rankecho.gpu.memory.used"
+M_GPU_SM_CLOCK: Final = "rankecho.gpu.clock.sm"
+M_GPU_TEMP: Final = "rankecho.gpu.temperature"
+M_GPU_POWER: Final = "rankecho.gpu.power"
+M_GPU_THROTTLE: Final = "rankecho.gpu.throttle_reasons"
+M_AGENT_DROPS: Final = "rankecho.agent.dropped_events"
+
+# --- How Echo turns resource/point attributes into columns ---------------------------------------
+# First key present wins; point attributes are consulted before resource attributes.
+COLUMN_SOURCES: Final[dict[str, tuple[str, ...]]] = {
+    "cluster_id": (CLUSTER_NAME, PLAIN_CLUSTER_ID),
+    "node_id": (NODE_NAME, PLAIN_NODE_ID, HOST_NAME),
+    "rank": (RANK, PLAIN_RANK),
+    "nranks": (NRANKS, PLAIN_NRANKS),
+}
+"""Keys consumed into a column are left out of ``attrs_json``; every other key goes there."""
+
+PROMOTED_COPIES: Final[dict[str, str]] = {"causal_chain_id": CAUSAL_CHAIN_ID}
+"""Columns copied from an attribute that also stays in ``attrs_json`` (the seed's queries read it there)."""
+
+
+def causal_chain_id(comm_id: str, seq: int) -> str:
+    """The cross-rank id of one collective instance: the same string on every rank of the communicator."""
+    return f"{comm_id}:{seq}"

@@ -1,0 +1,41 @@
+"""The wire contract: encoding round-trips through real protobuf bytes, and keys stay unique."""
+
+from __future__ import annotations
+
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+from shared import contract
+from shared.otlp import Point, metrics_request
+
+
+def test_metrics_request_round_trips_through_bytes() -> None:
+    resource = {contract.NODE_NAME: "node-a", contract.RANK: 5, contract.NRANKS: 8}
+    points = [
+        Point(contract.M_HEALTH, 1_700_000_000_000_000_001, 0.25, {contract.CAUSAL_CHAIN_ID: "c0ffee:14"}),
+        Point(contract.M_KERNEL_LAUNCHES, 1_700_000_000_000_000_002, 42, {contract.TID: 7}),
+        Point(contract.M_HEALTH, 1_700_000_000_000_000_003, 1.0, {"flag": True}),
+    ]
+    wire = metrics_request(resource, points).SerializeToString()
+    decoded = ExportMetricsServiceRequest.FromString(wire)
+
+    (rm,) = decoded.resource_metrics
+    res = {kv.key: kv.value for kv in rm.resource.attributes}
+    assert res[contract.RANK].int_value == 5
+    assert res[contract.NODE_NAME].string_value == "node-a"
+    metrics = {m.name: m for m in rm.scope_metrics[0].metrics}
+    health = metrics[contract.M_HEALTH].gauge.data_points
+    assert [dp.time_unix_nano for dp in health] == [1_700_000_000_000_000_001, 1_700_000_000_000_000_003]
+    assert health[0].as_double == 0.25
+    assert health[0].attributes[0].value.string_value == "c0ffee:14"
+    assert health[1].attributes[0].value.bool_value is True
+    launches = metrics[contract.M_KERNEL_LAUNCHES].gauge.data_points[0]
+    assert launches.WhichOneof("value") == "as_int" and launches.as_int == 42
+
+
+def test_contract_names_are_unique() -> None:
+    values = [v for k, v in vars(contract).items() if k.isupper() and isinstance(v, str)]
+    assert len(values) == len(set(values)), "two contract constants share a wire name"
+
+
+def test_causal_chain_id_is_rank_independent() -> None:
+    assert contract.causal_chain_id("9f3a", 14) == contract.causal_chain_id("9f3a", 14) == "9f3a:14"
