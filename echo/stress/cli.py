@@ -1,0 +1,108 @@
+"""``rankecho stress``: argument parsing only; the work happens in :mod:`echo.stress.runner`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+TOKEN_ENV = "RANKECHO_TOKEN"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "stress",
+        help="push synthetic health events with planted stragglers and causal-chain markers into Echo",
+        description=(
+            "P concurrent producers send E events each over OTLP/gRPC. Producer p reports as node "
+            "<node-id>-<p> (or <node-id> when P is 1). Stream index i (0-based over all producers, "
+            "producer p owning the block p*E..p*E+E-1) is a causal-chain marker when i %% chain-every == 0 "
+            "and a straggler (health < 0.4) when i > 0 and i %% straggler-every == 0. "
+            "The last stdout line is JSON: sent, acked, failed, elapsed_s, eps."
+        ),
+    )
+    p.add_argument("--endpoint", required=True, help="Echo's OTLP/gRPC HOST:PORT")
+    p.add_argument("--token", help=f"bearer token (default: ${TOKEN_ENV})")
+    p.add_argument("--cluster-id", required=True)
+    p.add_argument("--node-id", required=True)
+    p.add_argument("--producers", type=int, default=1)
+    p.add_argument("--events-per-producer", type=int, default=250)
+    p.add_argument(
+        "--rate", type=float, help="events per second over all producers (default: as fast as acked)"
+    )
+    p.add_argument("--chain-every", type=int, default=25)
+    p.add_argument("--straggler-every", type=int, default=100)
+    p.add_argument(
+        "--client",
+        choices=("sdk", "raw"),
+        default="raw",
+        help="raw: prebuilt protobuf on a grpc channel; sdk: OpenTelemetry OTLPMetricExporter",
+    )
+    p.add_argument(
+        "--batch", type=int, default=500, help="events per Export RPC (capped so --rate stays smooth)"
+    )
+    p.add_argument("--insecure", action="store_true", help="plaintext gRPC (default: TLS)")
+    p.add_argument("--ca-file", help="PEM roots to verify Echo's TLS certificate")
+    p.add_argument(
+        "--run-id",
+        default="r0",
+        help="part of every event id: the same run id resends the same events (stored once)",
+    )
+    p.add_argument("--start-ns", type=int, help="timestamp of each producer's first event (default: now)")
+    p.add_argument(
+        "--retry-deadline",
+        type=float,
+        default=60.0,
+        help="seconds one batch may keep failing before it counts as failed",
+    )
+    p.add_argument("--ack-log", help="append one JSON line per acknowledged batch to this file")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(handler=_handle)
+
+
+def _handle(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from echo.stress.planting import StressPlan
+    from echo.stress.retry import RetryPolicy
+    from echo.stress.runner import StressConfig, run
+    from echo.stress.senders import Target
+
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    step_ns = int(1e9 * args.producers / args.rate) if args.rate else 1_000_000
+    try:
+        plan = StressPlan(
+            cluster_id=args.cluster_id,
+            node_id=args.node_id,
+            producers=args.producers,
+            events_per_producer=args.events_per_producer,
+            chain_every=args.chain_every,
+            straggler_every=args.straggler_every,
+            run_id=args.run_id,
+            start_ns=args.start_ns if args.start_ns is not None else time.time_ns(),
+            step_ns=max(1, step_ns),
+        )
+    except ValueError as err:
+        print(f"rankecho stress: {err}", file=sys.stderr)
+        return 2
+    cfg = StressConfig(
+        plan=plan,
+        target=Target(args.endpoint, token, args.insecure, args.ca_file),
+        client=args.client,
+        batch=args.batch,
+        rate=args.rate,
+        retry=RetryPolicy(deadline_s=args.retry_deadline),
+        ack_log=Path(args.ack_log) if args.ack_log else None,
+        progress=None if args.quiet else sys.stderr,
+    )
+    if token is None and not args.quiet:
+        print(
+            f"rankecho stress: no token (--token or ${TOKEN_ENV}); Echo will refuse unless it runs "
+            "with --insecure-no-auth",
+            file=sys.stderr,
+        )
+    result = run(cfg)
+    print(result.to_json(), flush=True)
+    return 0 if result.failed == 0 and result.rejected == 0 else 1

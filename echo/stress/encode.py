@@ -1,0 +1,67 @@
+"""Turn planted events into what a transport sends: a serialized OTLP request or SDK ``MetricsData``.
+
+Both encodings carry the same resource (cluster, node, rank = producer, nranks = producers) and the
+same point attributes (``rankecho.event_id`` always, ``causal_chain_id`` on markers), so a stream
+sent with ``--client sdk`` and one sent with ``--client raw`` land as identical rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from echo.stress.planting import StressEvent, StressPlan
+from shared import contract
+from shared.otlp import AttrValue, Point, metrics_request
+
+SERVICE = "rankecho-stress"
+
+
+def resource(plan: StressPlan, producer: int) -> dict[str, AttrValue]:
+    return {
+        contract.SERVICE_NAME: SERVICE,
+        contract.CLUSTER_NAME: plan.cluster_id,
+        contract.NODE_NAME: plan.producer_node(producer),
+        contract.RANK: producer,
+        contract.NRANKS: plan.producers,
+    }
+
+
+def point_attributes(event: StressEvent) -> dict[str, AttrValue]:
+    attrs: dict[str, AttrValue] = {contract.EVENT_ID: event.event_id}
+    if event.chain_id is not None:
+        attrs[contract.CAUSAL_CHAIN_ID] = event.chain_id
+    return attrs
+
+
+def raw_request(plan: StressPlan, producer: int, events: Sequence[StressEvent]) -> bytes:
+    """One serialized ``ExportMetricsServiceRequest`` holding ``events`` as health-score gauge points."""
+    points = [Point(contract.M_HEALTH, e.timestamp_ns, e.health, point_attributes(e)) for e in events]
+    return metrics_request(resource(plan, producer), points).SerializeToString()
+
+
+def sdk_metrics(plan: StressPlan, producer: int, events: Sequence[StressEvent]) -> object:
+    """SDK ``MetricsData`` with an explicit ``time_unix_nano`` per point (the metrics API cannot do that)."""
+    from opentelemetry.sdk.metrics.export import (
+        Gauge,
+        Metric,
+        MetricsData,
+        NumberDataPoint,
+        ResourceMetrics,
+        ScopeMetrics,
+    )
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    points = [
+        NumberDataPoint(
+            attributes=point_attributes(e),
+            start_time_unix_nano=0,
+            time_unix_nano=e.timestamp_ns,
+            value=e.health,
+        )
+        for e in events
+    ]
+    metric = Metric(name=contract.M_HEALTH, description=None, unit="1", data=Gauge(data_points=points))
+    scope = ScopeMetrics(scope=InstrumentationScope(SERVICE), metrics=[metric], schema_url="")
+    rm = ResourceMetrics(resource=Resource(resource(plan, producer)), scope_metrics=[scope], schema_url="")
+    return MetricsData(resource_metrics=[rm])

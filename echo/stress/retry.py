@@ -1,0 +1,86 @@
+"""Whether and when to resend a batch Echo did not acknowledge: a pure decision, unit-testable.
+
+Retryable gRPC codes follow the OpenTelemetry exporter's list (UNAVAILABLE covers "Echo is down or
+restarting", RESOURCE_EXHAUSTED covers "Echo's queue is full"). Backoff is exponential with +-20%
+jitter, capped at ``max_backoff_s``; a server ``RetryInfo`` delay replaces the computed one. A batch
+is given up once the next wait would pass its deadline.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import grpc
+
+RETRYABLE = frozenset(
+    {
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    base_backoff_s: float = 0.05
+    max_backoff_s: float = 1.0
+    deadline_s: float = 60.0
+    """How long one batch may keep failing before it counts as failed."""
+
+
+def retry_delay(
+    policy: RetryPolicy,
+    code: grpc.StatusCode | None,
+    attempt: int,
+    elapsed_s: float,
+    server_delay_s: float | None = None,
+    rng: random.Random | None = None,
+) -> float | None:
+    """Seconds to wait before resending, or None to give up.
+
+    ``attempt`` counts failures so far (1 after the first), ``elapsed_s`` is time since the batch's
+    first send. ``code`` None means a failure whose status is unknown (treated as retryable).
+    """
+    if code is not None and code not in RETRYABLE:
+        return None
+    if server_delay_s is not None and server_delay_s >= 0:
+        delay = server_delay_s
+    else:
+        jitter = (rng or random).uniform(0.8, 1.2)
+        delay = min(policy.max_backoff_s, policy.base_backoff_s * 2 ** (attempt - 1)) * jitter
+    if elapsed_s + delay > policy.deadline_s:
+        return None
+    return delay
+
+
+def server_retry_delay(trailing_metadata: Iterable[tuple[str, str | bytes]] | None) -> float | None:
+    """The delay a server asked for, from ``google.rpc.retryinfo-bin`` or a RetryInfo inside
+    ``grpc-status-details-bin``; None when it gave none or it cannot be parsed."""
+    from google.rpc.error_details_pb2 import RetryInfo
+    from google.rpc.status_pb2 import Status
+
+    for key, value in trailing_metadata or ():
+        if not isinstance(value, bytes):
+            continue
+        try:
+            if key == RETRY_INFO_KEY:
+                info = RetryInfo.FromString(value)
+                return info.retry_delay.seconds + info.retry_delay.nanos / 1e9
+            if key == STATUS_DETAILS_KEY:
+                for detail in Status.FromString(value).details:
+                    if detail.Is(RetryInfo.DESCRIPTOR):
+                        info = RetryInfo()
+                        detail.Unpack(info)
+                        return info.retry_delay.seconds + info.retry_delay.nanos / 1e9
+        except Exception:  # a malformed hint must not stop the retry itself
+            return None
+    return None

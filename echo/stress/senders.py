@@ -1,0 +1,165 @@
+"""Transports for the stress producers: ``raw`` (prebuilt bytes on a grpc channel) and ``sdk``
+(OpenTelemetry's ``OTLPMetricExporter``). Each ``send`` makes one attempt and reports the outcome;
+the retry loop lives in :mod:`echo.stress.runner`, the retry decision in :mod:`echo.stress.retry`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+
+from echo.stress import encode
+from echo.stress.planting import StressEvent, StressPlan
+from echo.stress.retry import server_retry_delay
+
+EXPORT_METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and how to connect: ``host:port``, bearer token (None: send none), plaintext or TLS."""
+
+    endpoint: str
+    token: str | None = None
+    insecure: bool = True
+    ca_file: str | None = None
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        # gRPC metadata keys must be lower case: "Authorization" breaks the call.
+        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One attempt's result. ``rejected`` counts points Echo refused for good (partial success)."""
+
+    ok: bool
+    rejected: int = 0
+    code: grpc.StatusCode | None = None
+    server_delay_s: float | None = None
+    message: str = ""
+
+
+class Sender(Protocol):
+    def encode(self, plan: StressPlan, producer: int, events: Sequence[StressEvent]) -> object: ...
+
+    def send(self, payload: object, timeout_s: float) -> Outcome: ...
+
+    def close(self) -> None: ...
+
+
+def _channel(target: Target) -> grpc.Channel:
+    options = [
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ]
+    if target.insecure:
+        return grpc.insecure_channel(target.endpoint, options=options)
+    root = None
+    if target.ca_file:
+        with open(target.ca_file, "rb") as f:
+            root = f.read()
+    return grpc.secure_channel(target.endpoint, grpc.ssl_channel_credentials(root), options=options)
+
+
+class RawSender:
+    """Sends already-serialized ``ExportMetricsServiceRequest`` bytes: no per-send encoding cost."""
+
+    def __init__(self, target: Target) -> None:
+        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
+
+        self._target = target
+        self._channel = _channel(target)
+        self._export = self._channel.unary_unary(
+            EXPORT_METHOD,
+            request_serializer=None,
+            response_deserializer=ExportMetricsServiceResponse.FromString,
+        )
+
+    def encode(self, plan: StressPlan, producer: int, events: Sequence[StressEvent]) -> object:
+        return encode.raw_request(plan, producer, events)
+
+    def send(self, payload: object, timeout_s: float) -> Outcome:
+        try:
+            response = self._export(payload, timeout=timeout_s, metadata=self._target.metadata())
+        except grpc.RpcError as err:
+            code = err.code() if isinstance(err, grpc.Call) else None
+            trailing = err.trailing_metadata() if isinstance(err, grpc.Call) else None
+            details = err.details() if isinstance(err, grpc.Call) else str(err)
+            return Outcome(
+                False, code=code, server_delay_s=server_retry_delay(trailing), message=details or ""
+            )
+        rejected = int(response.partial_success.rejected_data_points)
+        return Outcome(True, rejected=rejected, message=response.partial_success.error_message)
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+class _LastCode(logging.Filter):
+    """Captures the status code the OTel exporter logs when it gives up (export() returns only
+    SUCCESS/FAILURE), per thread, and keeps the exporter's own retry chatter off stderr."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for arg in record.args if isinstance(record.args, tuple) else ():
+            if isinstance(arg, grpc.StatusCode):
+                self.local.code = arg
+        return False
+
+
+_EXPORTER_LOG = _LastCode()
+logging.getLogger("opentelemetry.exporter.otlp.proto.grpc.exporter").addFilter(_EXPORTER_LOG)
+
+
+class SdkSender:
+    """Sends through ``OTLPMetricExporter.export()``: the exporter's own channel, auth header,
+    retry of transient codes and RetryInfo handling, within ``exporter_timeout_s`` per call."""
+
+    def __init__(self, target: Target, exporter_timeout_s: float = 5.0) -> None:
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+
+        credentials = None
+        if not target.insecure:
+            root = open(target.ca_file, "rb").read() if target.ca_file else None  # noqa: SIM115
+            credentials = grpc.ssl_channel_credentials(root)
+        self._exporter = OTLPMetricExporter(
+            endpoint=target.endpoint,
+            insecure=target.insecure,
+            credentials=credentials,
+            headers=dict(target.metadata()),
+            timeout=exporter_timeout_s,
+        )
+
+    def encode(self, plan: StressPlan, producer: int, events: Sequence[StressEvent]) -> object:
+        return encode.sdk_metrics(plan, producer, events)
+
+    def send(self, payload: object, timeout_s: float) -> Outcome:
+        from opentelemetry.sdk.metrics.export import MetricExportResult
+
+        _EXPORTER_LOG.local.code = None
+        result = self._exporter.export(payload, timeout_millis=timeout_s * 1000)  # type: ignore[arg-type]
+        if result is MetricExportResult.SUCCESS:
+            return Outcome(True)
+        code = _EXPORTER_LOG.local.code
+        return Outcome(False, code=code, message=f"exporter gave up ({code.name if code else 'no status'})")
+
+    def close(self) -> None:
+        self._exporter.shutdown(timeout_millis=1000)
+
+
+def make_sender(client: str, target: Target) -> Sender:
+    if client == "raw":
+        return RawSender(target)
+    if client == "sdk":
+        return SdkSender(target)
+    raise ValueError(f"unknown client {client!r}: use 'raw' or 'sdk'")

@@ -1,0 +1,148 @@
+"""Retry decisions (pure) and the stress client's resend loop against an in-process gRPC collector
+that answers from a script: RESOURCE_EXHAUSTED with RetryInfo, UNAUTHENTICATED, then OK."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+from google.rpc.error_details_pb2 import RetryInfo
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as ms
+
+from echo.stress.planting import StressPlan
+from echo.stress.retry import RETRY_INFO_KEY, RetryPolicy, retry_delay, server_retry_delay
+from echo.stress.runner import StressConfig, run
+from echo.stress.senders import Target
+from shared import contract
+
+
+def test_non_retryable_codes_give_up_at_once() -> None:
+    policy = RetryPolicy()
+    assert retry_delay(policy, grpc.StatusCode.UNAUTHENTICATED, 1, 0.0) is None
+    assert retry_delay(policy, grpc.StatusCode.INVALID_ARGUMENT, 1, 0.0) is None
+
+
+def test_backoff_grows_is_capped_and_respects_the_deadline() -> None:
+    policy = RetryPolicy(base_backoff_s=0.1, max_backoff_s=0.5, deadline_s=10.0)
+    rng = random.Random(1)
+    delays = [retry_delay(policy, grpc.StatusCode.UNAVAILABLE, n, 0.0, rng=rng) for n in range(1, 8)]
+    assert all(d is not None for d in delays)
+    assert 0.08 <= delays[0] <= 0.12 and 0.16 <= delays[1] <= 0.24  # type: ignore[operator]
+    assert max(delays) <= 0.5 * 1.2  # type: ignore[type-var, operator]
+    assert retry_delay(policy, grpc.StatusCode.UNAVAILABLE, 3, 9.9, rng=rng) is None
+
+
+def test_server_delay_replaces_the_computed_backoff() -> None:
+    policy = RetryPolicy(deadline_s=5.0)
+    assert retry_delay(policy, grpc.StatusCode.RESOURCE_EXHAUSTED, 1, 0.0, server_delay_s=1.25) == 1.25
+    assert retry_delay(policy, grpc.StatusCode.RESOURCE_EXHAUSTED, 1, 4.0, server_delay_s=1.25) is None
+
+
+def test_retry_info_is_read_from_either_trailer() -> None:
+    from google.protobuf.any_pb2 import Any
+    from google.rpc.status_pb2 import Status
+
+    info = RetryInfo(retry_delay=Duration(seconds=2, nanos=500_000_000))
+    assert server_retry_delay([(RETRY_INFO_KEY, info.SerializeToString())]) == 2.5
+    detail = Any()
+    detail.Pack(info)
+    status = Status(code=8, message="full", details=[detail]).SerializeToString()
+    assert server_retry_delay([("grpc-status-details-bin", status)]) == 2.5
+    assert server_retry_delay([(RETRY_INFO_KEY, b"\xff\xff")]) is None
+    assert server_retry_delay(None) is None
+
+
+class ScriptedCollector:
+    """Answers Export calls from ``script`` (a status per call, then OK) and records the event ids it
+    accepted, so a test can see exactly what was resent."""
+
+    def __init__(self, script: list[grpc.StatusCode], retry_after_s: float = 0.05) -> None:
+        self.script = list(script)
+        self.retry_after_s = retry_after_s
+        self.accepted: list[str] = []
+        self.calls = 0
+        self.lock = threading.Lock()
+        self.auth: list[str] = []
+
+    def export(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        with self.lock:
+            self.calls += 1
+            self.auth.append(dict(context.invocation_metadata()).get("authorization", ""))
+            code = self.script.pop(0) if self.script else grpc.StatusCode.OK
+        if code is not grpc.StatusCode.OK:
+            delay = Duration(seconds=0, nanos=int(self.retry_after_s * 1e9))
+            context.set_trailing_metadata(
+                ((RETRY_INFO_KEY, RetryInfo(retry_delay=delay).SerializeToString()),)
+            )
+            context.abort(code, f"scripted {code.name}")
+        req = ms.ExportMetricsServiceRequest.FromString(request)
+        with self.lock:
+            for rm in req.resource_metrics:
+                for sm in rm.scope_metrics:
+                    for m in sm.metrics:
+                        for dp in m.gauge.data_points:
+                            attrs = {kv.key: kv.value.string_value for kv in dp.attributes}
+                            self.accepted.append(attrs[contract.EVENT_ID])
+        return ms.ExportMetricsServiceResponse().SerializeToString()
+
+
+@pytest.fixture
+def collector(request: pytest.FixtureRequest) -> Iterator[tuple[ScriptedCollector, str]]:
+    script: list[grpc.StatusCode] = getattr(request, "param", [])
+    c = ScriptedCollector(script)
+    handler = grpc.method_handlers_generic_handler(
+        "opentelemetry.proto.collector.metrics.v1.MetricsService",
+        {"Export": grpc.unary_unary_rpc_method_handler(c.export)},
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(4), handlers=[handler])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield c, f"127.0.0.1:{port}"
+    server.stop(0)
+
+
+EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+@pytest.mark.parametrize("collector", [[EXHAUSTED, EXHAUSTED]], indirect=True)
+def test_raw_client_resends_after_resource_exhausted_honouring_retry_info(
+    collector: tuple[ScriptedCollector, str],
+) -> None:
+    c, endpoint = collector
+    plan = StressPlan("c", "n", producers=1, events_per_producer=30)
+    started = time.monotonic()
+    result = run(StressConfig(plan, Target(endpoint, token="t0k"), client="raw", batch=10))
+    assert (result.sent, result.acked, result.failed, result.retries) == (30, 30, 0, 2)
+    assert time.monotonic() - started >= 0.1  # two server-requested 50 ms waits
+    assert sorted(c.accepted) == sorted(plan.event(i).event_id for i in range(30))
+    assert set(c.auth) == {"Bearer t0k"}
+
+
+@pytest.mark.parametrize("collector", [[EXHAUSTED]], indirect=True)
+def test_sdk_client_delivers_through_the_exporter_despite_backpressure(
+    collector: tuple[ScriptedCollector, str],
+) -> None:
+    c, endpoint = collector
+    plan = StressPlan("c", "n", producers=2, events_per_producer=20)
+    result = run(StressConfig(plan, Target(endpoint, token="t0k"), client="sdk", batch=10))
+    assert (result.sent, result.acked, result.failed) == (40, 40, 0)
+    assert sorted(c.accepted) == sorted(plan.event(i).event_id for i in range(40))
+    assert c.calls == 5 and set(c.auth) == {"Bearer t0k"}
+
+
+@pytest.mark.parametrize("client", ["raw", "sdk"])
+@pytest.mark.parametrize("collector", [[grpc.StatusCode.UNAUTHENTICATED] * 4], indirect=True)
+def test_unauthenticated_fails_without_retrying(
+    collector: tuple[ScriptedCollector, str], client: str
+) -> None:
+    c, endpoint = collector
+    plan = StressPlan("c", "n", producers=1, events_per_producer=4)
+    result = run(StressConfig(plan, Target(endpoint, token="bad"), client=client, batch=2))
+    assert (result.acked, result.failed, result.retries) == (0, 4, 0)
+    assert c.calls == 2 and c.accepted == []
