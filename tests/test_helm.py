@@ -210,6 +210,8 @@ def test_echo_is_one_replica_statefulset_with_a_volume_for_its_database() -> Non
     assert probe_ports == {"otlp-http"}
     assert vals["echo"]["terminationGracePeriodSeconds"] >= 30, "SIGTERM must have time to drain and commit"
     assert spec["serviceName"] in {m["metadata"]["name"] for m in manifests().values()}
+    if vals["echo"]["securityContext"]["readOnlyRootFilesystem"]:
+        assert mounts["tmp"] == "/tmp" and _env(echo)["HOME"]["value"] == "/tmp", "a writable /tmp and HOME"
 
 
 def test_echo_service_exposes_every_listener_by_container_port_name() -> None:
