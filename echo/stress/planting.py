@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from shared import contract
 
@@ -31,11 +32,11 @@ STRAGGLER_THRESHOLD = 0.4
 _GOLDEN = 0.6180339887498949
 
 
-@dataclass(frozen=True)
-class StressEvent:
-    """One planted event: everything a sender needs, nothing about transport."""
+class StressEvent(NamedTuple):
+    """One planted event: everything a sender needs, nothing about transport (a tuple: the raw
+    client builds millions of them)."""
 
-    index: int
+    position: int
     """Position in the stream, 0-based."""
     producer: int
     node_id: str
@@ -101,7 +102,7 @@ class StressPlan:
             else None
         )
         return StressEvent(
-            index=index,
+            position=index,
             producer=producer,
             node_id=node,
             event_id=f"{self.cluster_id}/{node}/{self.run_id}/{index}",

@@ -145,13 +145,13 @@ def _producer(
         sent_here += len(events)
         outcome = deliver(sender, payload, cfg.retry, stop, lambda o: tally.add(retries=1))
         if outcome.ok:
-            tally.acknowledged(node, events[0].index, len(events), outcome.rejected)
+            tally.acknowledged(node, events[0].position, len(events), outcome.rejected)
             if outcome.rejected:
                 tally.error(f"{node}: Echo rejected {outcome.rejected} points: {outcome.message}")
         else:
             tally.add(failed=len(events))
             code = outcome.code.name if outcome.code else "unknown"
-            tally.error(f"{node}: batch at {events[0].index} failed ({code}): {outcome.message}")
+            tally.error(f"{node}: batch at {events[0].position} failed ({code}): {outcome.message}")
 
 
 def _progress(cfg: StressConfig, tally: _Tally, done: threading.Event, t0: list[float]) -> None:

@@ -54,11 +54,18 @@ class Sender(Protocol):
     def close(self) -> None: ...
 
 
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # Reconnect within ~1 s of Echo coming back (gRPC's default backoff grows to minutes).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+
+
 def _channel(target: Target) -> grpc.Channel:
-    options = [
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ]
+    options = list(CHANNEL_OPTIONS)
     if target.insecure:
         return grpc.insecure_channel(target.endpoint, options=options)
     root = None
@@ -138,6 +145,7 @@ class SdkSender:
             credentials=credentials,
             headers=dict(target.metadata()),
             timeout=exporter_timeout_s,
+            channel_options=CHANNEL_OPTIONS,  # type: ignore[arg-type]
         )
 
     def encode(self, plan: StressPlan, producer: int, events: Sequence[StressEvent]) -> object:
