@@ -1,10 +1,90 @@
-"""Subcommands of `rankecho` implemented by the `echo` package."""
+"""Subcommands of `rankecho` implemented by the `echo` package.
+
+Import-light on purpose: handlers import their modules only when they run. To add a subcommand, add
+one ``add_*`` call to :func:`register`.
+"""
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from echo.serve import main
+
+    return main(args)
+
+
+def _query(args: argparse.Namespace) -> int:
+    from echo.query_cmd import main
+
+    return main(args)
+
+
+def add_serve(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="run Echo: OTLP receivers into one DuckDB store",
+        description="Run Echo. Prints one JSON line with the bound addresses when every listener is up; "
+        "logs go to stderr. SIGTERM drains the queue and commits before exit.",
+    )
+    p.add_argument("--db", required=True, help="DuckDB store file (created if missing)")
+    p.add_argument(
+        "--otlp-grpc",
+        default="0.0.0.0:4317",
+        metavar="HOST:PORT",
+        help="OTLP/gRPC listener (port 0: any free port)",
+    )
+    p.add_argument(
+        "--otlp-http",
+        default="0.0.0.0:4318",
+        metavar="HOST:PORT",
+        help="OTLP/HTTP + /healthz /readyz /metrics",
+    )
+    p.add_argument(
+        "--mcp-http", default="0.0.0.0:8000", metavar="HOST:PORT", help="MCP streamable-HTTP listener"
+    )
+    p.add_argument(
+        "--token-file", metavar="FILE", help="file holding the bearer token (else env RANKECHO_TOKEN)"
+    )
+    p.add_argument(
+        "--insecure-no-auth", action="store_true", help="accept producers without a token (logged loudly)"
+    )
+    p.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain for both OTLP listeners")
+    p.add_argument("--tls-key", metavar="FILE", help="PEM private key for --tls-cert")
+    p.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=16 * 1024 * 1024,
+        metavar="N",
+        help="largest request body accepted",
+    )
+    p.add_argument(
+        "--queue-rows",
+        type=int,
+        default=500_000,
+        metavar="N",
+        help="decoded rows waiting for the writer before producers are told to retry",
+    )
+    p.set_defaults(handler=_serve)
+
+
+def add_query(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "query",
+        help="run one read-only SQL statement on a store no Echo holds",
+        description="Run one read-only SQL statement on a DuckDB store file that no running Echo holds.",
+    )
+    p.add_argument("--db", required=True, help="DuckDB store file")
+    p.add_argument("--json", action="store_true", help="print {columns, rows, truncated} as JSON")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="stop the query after S seconds")
+    p.add_argument("--max-rows", type=int, default=10_000, metavar="N", help="print at most N rows")
+    p.add_argument("sql", help="one SELECT statement")
+    p.set_defaults(handler=_query)
 
 
 def register(subparsers: Any) -> None:
     """Add this package's subcommands to the `rankecho` parser."""
-    del subparsers
+    add_serve(subparsers)
+    add_query(subparsers)

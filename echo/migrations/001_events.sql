@@ -2,7 +2,7 @@
 -- The seed's columns (timestamp_ns, cluster_id, node_id, metric_name, rank, nranks, value_double,
 -- value_int, attrs_json) keep their names so the seed's four queries run verbatim.
 CREATE TABLE events (
-    event_id        VARCHAR NOT NULL,  -- producer's rankecho.event_id, else a content hash; unique
+    event_id        VARCHAR PRIMARY KEY, -- producer's rankecho.event_id, else a content hash
     timestamp_ns    BIGINT  NOT NULL,  -- event time, Unix epoch nanoseconds
     received_ns     BIGINT  NOT NULL,  -- when Echo decoded it, Unix epoch nanoseconds
     signal          VARCHAR NOT NULL,  -- 'metric' | 'span' | 'log'

@@ -1,0 +1,188 @@
+"""Echo in-process: lock the store, migrate, start the single writer and the OTLP listeners.
+
+``rankecho serve`` wraps this; tests use it directly::
+
+    with Echo(Settings(db_path=tmp / "echo.db", token="t", otlp_grpc=HostPort("127.0.0.1", 0),
+                       otlp_http=HostPort("127.0.0.1", 0), mcp_http=None)) as echo:
+        echo.grpc_address, echo.http_address      # "127.0.0.1:PORT"
+        echo.reader.query("SELECT count(*) FROM events").rows
+
+Other front ends (the MCP server) plug in as a :class:`Service` added before :meth:`Echo.start`; the
+address a service returns is reported in the listening line under the service's name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Protocol
+
+import duckdb
+import grpc
+
+from echo import ops
+from echo.ingest.auth import TokenCheck
+from echo.ingest.grpc_server import start_grpc
+from echo.ingest.http_server import OpsRoute, start_http
+from echo.ingest.service import Ingest
+from echo.settings import HostPort, Settings
+from echo.store.lock import StoreLock
+from echo.store.migrate import migrate
+from echo.store.reader import Reader
+from echo.store.writer import Writer
+
+log = logging.getLogger(__name__)
+
+
+class Service(Protocol):
+    """A front end that runs alongside the receivers (e.g. MCP over HTTP)."""
+
+    name: str
+
+    def start(self, echo: Echo) -> str | None:
+        """Start serving; return the bound ``host:port`` (or None when not listening)."""
+        ...
+
+    def stop(self) -> None: ...
+
+
+def connect_address(host: str, port: int) -> str:
+    """An address a local client can dial: wildcard hosts become loopback."""
+    if host in ("0.0.0.0", "", "::"):
+        host = "127.0.0.1"
+    return str(HostPort(host, port))
+
+
+def open_store(db_path: Path, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+    """Open (creating if needed) and migrate the store; the caller must hold its :class:`StoreLock`."""
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    config: dict[str, str | bool | int | float | list[str]] = {}
+    if memory_limit:
+        config["memory_limit"] = memory_limit
+    con = duckdb.connect(str(db_path), config=config)
+    version = migrate(con)
+    log.info("store %s at schema v%d", db_path, version)
+    return con
+
+
+@dataclass
+class _Running:
+    con: duckdb.DuckDBPyConnection
+    writer: Writer
+    grpc_server: grpc.Server | None = None
+    http_server: object | None = None
+    started_services: list[Service] = field(default_factory=list)
+
+
+class Echo:
+    def __init__(self, settings: Settings, services: list[Service] | None = None) -> None:
+        self.settings = settings
+        self.services: list[Service] = list(services or [])
+        self.stats = ops.Stats()
+        self.grpc_address: str | None = None
+        self.http_address: str | None = None
+        self.service_addresses: dict[str, str | None] = {}
+        self._lock = StoreLock(settings.db_path)
+        self._run: _Running | None = None
+        self._stopping = threading.Event()
+        self.reader: Reader
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> Echo:
+        s = self.settings
+        self._lock.acquire()
+        try:
+            con = open_store(s.db_path, s.duckdb_memory_limit)
+            writer = Writer(con.cursor(), self.stats, s.queue_rows, s.batch_rows, s.retry_after_s)
+            self.stats.queue_rows = lambda: writer.queued_rows
+            self._run = run = _Running(con, writer)
+            self.reader = Reader(con)
+            writer.start()
+            self._start_listeners(run)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_listeners(self, run: _Running) -> None:
+        s = self.settings
+        ingest = Ingest(s, run.writer, self.stats)
+        auth = TokenCheck(s.token)
+        if not auth.enabled:
+            log.warning(
+                "AUTHENTICATION IS OFF (--insecure-no-auth): anyone who can reach Echo can write to it"
+            )
+        if s.otlp_grpc is not None:
+            run.grpc_server, port = start_grpc(ingest, auth, s.otlp_grpc, s.tls_pair(), s.grpc_workers)
+            self.grpc_address = connect_address(s.otlp_grpc.host, port)
+        if s.otlp_http is not None:
+            tls_files = (str(s.tls_cert), str(s.tls_key)) if s.tls_cert and s.tls_key else None
+            run.http_server, port, _ = start_http(ingest, auth, s.otlp_http, self._ops_routes(), tls_files)
+            self.http_address = connect_address(s.otlp_http.host, port)
+        for service in self.services:
+            self.service_addresses[service.name] = service.start(self)
+            run.started_services.append(service)
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stop listening, commit everything queued, checkpoint, close, release the lock. Idempotent."""
+        self._stopping.set()
+        run, self._run = self._run, None
+        if run is not None:
+            for service in reversed(run.started_services):
+                service.stop()
+            if run.grpc_server is not None:
+                run.grpc_server.stop(grace_s).wait()
+            if run.http_server is not None:
+                run.http_server.shutdown()  # type: ignore[attr-defined]
+                run.http_server.server_close()  # type: ignore[attr-defined]
+            run.writer.stop()
+            try:
+                run.con.execute("CHECKPOINT")
+            finally:
+                run.con.close()
+        self._lock.release()
+
+    def __enter__(self) -> Echo:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- state -----------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self._run is not None and self._run.writer.running and not self._stopping.is_set()
+
+    def listening(self) -> dict[str, object]:
+        """The one JSON object ``rankecho serve`` prints when every listener is up."""
+        return {
+            "listening": {
+                "otlp_grpc": self.grpc_address,
+                "otlp_http": self.http_address,
+                "mcp_http": self.service_addresses.get("mcp_http"),
+            },
+            "db": str(self.settings.db_path),
+        }
+
+    def listening_line(self) -> str:
+        return json.dumps(self.listening(), separators=(", ", ": "))
+
+    def _ops_routes(self) -> dict[str, OpsRoute]:
+        def healthz() -> tuple[int, str, bytes]:
+            return 200, "text/plain", b"ok\n"
+
+        def readyz() -> tuple[int, str, bytes]:
+            if self.ready:
+                return 200, "text/plain", b"ready\n"
+            return 503, "text/plain", b"not ready: starting or draining\n"
+
+        def metrics() -> tuple[int, str, bytes]:
+            return 200, "text/plain; version=0.0.4", ops.render(self.stats.snapshot()).encode()
+
+        return {"/healthz": healthz, "/readyz": readyz, "/metrics": metrics}

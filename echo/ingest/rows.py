@@ -1,0 +1,227 @@
+"""Rows for the ``events`` table: attribute -> column resolution, event ids, and a columnar batch.
+
+Decoders (``metrics.py``, ``traces.py``, ``logs.py``) walk one OTLP request and call
+:meth:`RowBatch.add` once per data point / span / log record. Column mapping comes only from
+``shared.contract``: point attributes win over resource attributes, keys consumed into a column leave
+``attrs_json``, ``causal_chain_id`` is copied to its column and stays in ``attrs_json``.
+
+Resolving an attribute set (merge, map, JSON-encode) is the expensive part of ingest, so
+:class:`AttrResolver` caches the result per (resource, point attribute set).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from echo.ingest import keys
+from shared import contract as c
+
+COLUMNS = (
+    "event_id", "timestamp_ns", "received_ns", "signal", "cluster_id", "node_id", "metric_name",
+    "rank", "nranks", "value_double", "value_int", "causal_chain_id", "attrs_json",
+)  # fmt: skip
+ARROW_SCHEMA = pa.schema(
+    [
+        ("event_id", pa.string()), ("timestamp_ns", pa.int64()), ("received_ns", pa.int64()),
+        ("signal", pa.string()), ("cluster_id", pa.string()), ("node_id", pa.string()),
+        ("metric_name", pa.string()), ("rank", pa.int32()), ("nranks", pa.int32()),
+        ("value_double", pa.float64()), ("value_int", pa.int64()), ("causal_chain_id", pa.string()),
+        ("attrs_json", pa.string()),
+    ]
+)  # fmt: skip
+_INT32 = (-(2**31), 2**31 - 1)
+MIN_TIMESTAMP_NS = 946_684_800 * 10**9
+"""2000-01-01: anything earlier is a zero, or seconds/milliseconds sent as nanoseconds."""
+_INT_COLUMNS = ("rank", "nranks")
+_CACHE_LIMIT = 20_000
+
+Pairs = Sequence[tuple[str, Any]]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Column values and ``attrs_json`` for one (resource, point attributes) combination."""
+
+    cluster_id: str | None
+    node_id: str | None
+    rank: int | None
+    nranks: int | None
+    causal_chain_id: str | None
+    event_id: str | None
+    attrs_json: str
+    dropped: int
+
+
+@dataclass
+class Rejections:
+    """Points refused while decoding, by reason, with the first message per reason (it names the fix)."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    messages: dict[str, str] = field(default_factory=dict)
+
+    def add(self, reason: str, message: str, n: int = 1) -> None:
+        self.counts[reason] += n
+        self.messages.setdefault(reason, message)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def summary(self) -> str:
+        return "; ".join(f"{n} rejected ({r}): {self.messages[r]}" for r, n in sorted(self.counts.items()))
+
+
+def _column_value(column: str, raw: Any) -> Any:
+    """The typed column value, or None when it cannot be represented (the key then stays in attrs)."""
+    if column in _INT_COLUMNS:
+        if isinstance(raw, bool):
+            return None
+        try:
+            value = int(raw)
+        except (TypeError, ValueError):
+            return None
+        return value if _INT32[0] <= value <= _INT32[1] else None
+    return raw if isinstance(raw, str) else None
+
+
+class AttrResolver:
+    """Maps attribute sets to columns + JSON; thread-safe through the GIL (dict ops only)."""
+
+    def __init__(self, max_attributes: int) -> None:
+        self.max_attributes = max_attributes
+        self._cache: dict[tuple[bytes, Any], Resolved] = {}
+
+    def resolve(self, resource_key: bytes, resource: Pairs, point: Pairs) -> Resolved:
+        try:
+            key = (resource_key, tuple(point))
+            hit = self._cache.get(key)
+        except TypeError:  # a kvlist value: not hashable, resolve without caching
+            return self._compute(resource, point)
+        if hit is None:
+            hit = self._compute(resource, point)
+            if len(self._cache) >= _CACHE_LIMIT:
+                self._cache.clear()
+            self._cache[key] = hit
+        return hit
+
+    def _compute(self, resource: Pairs, point: Pairs) -> Resolved:
+        point_map = dict(point)
+        merged = dict(resource)
+        merged.update(point_map)
+        resource_map = dict(resource)
+        columns: dict[str, Any] = {}
+        for column, sources in c.COLUMN_SOURCES.items():
+            for attrs, key in ((a, k) for a in (point_map, resource_map) for k in sources if k in a):
+                value = _column_value(column, attrs[key])
+                if value is not None:
+                    columns[column] = value
+                    if merged.get(key) == attrs[key]:
+                        del merged[key]
+                    break
+        event_id = merged.pop(c.EVENT_ID, None)
+        for column, key in c.PROMOTED_COPIES.items():
+            if key in merged:
+                columns[column] = str(merged[key])
+        dropped = 0
+        if len(merged) > self.max_attributes:
+            dropped = len(merged) - self.max_attributes
+            merged = dict(list(merged.items())[: self.max_attributes])
+            merged[keys.DROPPED_ATTRIBUTES] = dropped
+        return Resolved(
+            cluster_id=columns.get("cluster_id"),
+            node_id=columns.get("node_id"),
+            rank=columns.get("rank"),
+            nranks=columns.get("nranks"),
+            causal_chain_id=columns.get("causal_chain_id"),
+            event_id=None if event_id is None else str(event_id),
+            attrs_json=json.dumps(merged, separators=(",", ":"), ensure_ascii=False),
+            dropped=dropped,
+        )
+
+
+def content_id(prefix: bytes, body: bytes) -> str:
+    """Event id for producers that send none: a hash of resource + scope + name + the point itself."""
+    return hashlib.blake2b(prefix + body, digest_size=16).hexdigest()
+
+
+class RowBatch:
+    """Columnar rows decoded from one request; :meth:`to_arrow` feeds the writer's INSERT."""
+
+    def __init__(self, received_ns: int | None = None) -> None:
+        self.received_ns = time.time_ns() if received_ns is None else received_ns
+        self.cols: dict[str, list[Any]] = {name: [] for name in COLUMNS if name != "received_ns"}
+        self.rejected = Rejections()
+        self.stored_with_fix: Counter[str] = Counter()
+        """Events stored after a safe repair, by reason (non-finite value, dropped attributes)."""
+        self.max_timestamp_ns = self.received_ns  # replaced by decoders that know the skew limit
+
+    def __len__(self) -> int:
+        return len(self.cols["event_id"])
+
+    def check_timestamp(self, ts: int, what: str) -> bool:
+        """False (and counted) for timestamps of 0, before 2000, or too far in the future."""
+        if ts < MIN_TIMESTAMP_NS:
+            reason = "timestamp_zero" if ts == 0 else "timestamp_too_old"
+            self.rejected.add(
+                reason,
+                f"{what} time {ts} is not Unix-epoch nanoseconds after 2000-01-01: set time_unix_nano "
+                "(nanoseconds, not seconds or milliseconds)",
+            )
+            return False
+        if ts > self.max_timestamp_ns:
+            self.rejected.add(
+                "timestamp_future",
+                f"{what} time {ts} is too far ahead of Echo's clock ({self.received_ns}): "
+                "fix the producer's clock",
+            )
+            return False
+        return True
+
+    def note_extra(self, extra: Sequence[tuple[str, Any]]) -> None:
+        if any(key == keys.NONFINITE_VALUE for key, _ in extra):
+            self.stored_with_fix["nonfinite_value"] += 1
+
+    def add(
+        self,
+        resolved: Resolved,
+        event_id: str,
+        timestamp_ns: int,
+        signal: str,
+        metric_name: str,
+        value_double: float | None,
+        value_int: int | None,
+    ) -> None:
+        cols = self.cols
+        cols["event_id"].append(event_id)
+        cols["timestamp_ns"].append(timestamp_ns)
+        cols["signal"].append(signal)
+        cols["cluster_id"].append(resolved.cluster_id)
+        cols["node_id"].append(resolved.node_id)
+        cols["metric_name"].append(metric_name)
+        cols["rank"].append(resolved.rank)
+        cols["nranks"].append(resolved.nranks)
+        cols["value_double"].append(value_double)
+        cols["value_int"].append(value_int)
+        cols["causal_chain_id"].append(resolved.causal_chain_id)
+        cols["attrs_json"].append(resolved.attrs_json)
+        if resolved.dropped:
+            self.stored_with_fix["too_many_attributes"] += 1
+
+    def to_arrow(self) -> pa.Table:
+        n = len(self)
+        arrays = {name: values for name, values in self.cols.items()}
+        arrays["received_ns"] = [self.received_ns] * n
+        return pa.table({name: arrays[name] for name in COLUMNS}, schema=ARROW_SCHEMA)
+
+
+def concat(batches: Iterable[RowBatch]) -> pa.Table:
+    """One Arrow table for several batches (the writer's merged INSERT)."""
+    return pa.concat_tables([b.to_arrow() for b in batches])

@@ -1,0 +1,82 @@
+"""OTLP ``AnyValue`` -> JSON-safe Python values, with the limits that keep hostile input harmless.
+
+Non-finite doubles become the strings ``NaN``/``Infinity``/``-Infinity`` (JSON has no NaN), bytes become
+base64, and nesting deeper than :data:`MAX_DEPTH` is cut and replaced by a marker string.
+Arrays come back as tuples so an attribute set stays hashable (and cacheable) when it can.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+MAX_DEPTH = 8
+TOO_DEEP = "<nested deeper than 8 levels: dropped by Echo>"
+
+
+def nonfinite_name(x: float) -> str:
+    return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
+
+
+def to_python(value: AnyValue, depth: int = 0) -> Any:
+    """One attribute value as a JSON-safe Python value (see module docstring for the rules)."""
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "int_value":
+        return value.int_value
+    if kind == "double_value":
+        x = value.double_value
+        return x if math.isfinite(x) else nonfinite_name(x)
+    if kind == "bool_value":
+        return value.bool_value
+    if kind is None:
+        return None
+    if depth >= MAX_DEPTH:
+        return TOO_DEEP
+    if kind == "array_value":
+        return tuple(to_python(v, depth + 1) for v in value.array_value.values)
+    if kind == "kvlist_value":
+        return {kv.key: to_python(kv.value, depth + 1) for kv in value.kvlist_value.values}
+    return base64.b64encode(value.bytes_value).decode("ascii")
+
+
+def is_too_deep(value: Any) -> bool:
+    """True when :func:`to_python` had to cut this value (checked only for nested values)."""
+    if value == TOO_DEEP:
+        return True
+    if isinstance(value, tuple):
+        return any(is_too_deep(v) for v in value)
+    if isinstance(value, dict):
+        return any(is_too_deep(v) for v in value.values())
+    return False
+
+
+def pairs(attributes: Any) -> list[tuple[str, Any]]:
+    """OTLP ``KeyValue`` list -> (key, JSON-safe value) pairs, in wire order."""
+    return [(kv.key, to_python(kv.value)) for kv in attributes]
+
+
+@dataclass(frozen=True)
+class Scoped:
+    """Where one item (metric, span, log record) came from: its resource and the hash prefix."""
+
+    resource_key: bytes
+    resource: list[tuple[str, Any]]
+    prefix: bytes
+
+
+def walk(groups: Iterable[Any], scopes_field: str, items_field: str) -> Iterator[tuple[Scoped, Any]]:
+    """Yield (origin, item) for every item under resource groups -> scopes, the shape all signals share."""
+    for group in groups:
+        resource_key = group.resource.SerializeToString()
+        resource = pairs(group.resource.attributes)
+        for scoped in getattr(group, scopes_field):
+            origin = Scoped(resource_key, resource, resource_key + scoped.scope.SerializeToString())
+            for item in getattr(scoped, items_field):
+                yield origin, item

@@ -1,0 +1,123 @@
+"""Echo's configuration, resolved once from flags and environment into one frozen object.
+
+Usage::
+
+    settings = Settings(db_path=Path("echo.db"), token="s3cret")
+    settings = settings_from_args(parsed_args, os.environ)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TOKEN_ENV = "RANKECHO_TOKEN"
+
+
+class SettingsError(ValueError):
+    """A configuration problem; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class HostPort:
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> HostPort:
+        """``HOST:PORT``, ``:PORT`` (all interfaces) or ``[v6]:PORT``; port 0 picks a free port."""
+        host, sep, port = text.rpartition(":")
+        if not sep or not port.isdigit() or int(port) > 65535:
+            raise SettingsError(
+                f"{text!r} is not HOST:PORT (for example 127.0.0.1:4317, or :0 for any free port)"
+            )
+        host = host.strip("[]") or "0.0.0.0"
+        return cls(host, int(port))
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything Echo needs; tests build it directly, the CLI via :func:`settings_from_args`."""
+
+    db_path: Path
+    token: str | None = None
+    """Bearer token every OTLP request must carry; None only together with ``insecure_no_auth``."""
+    insecure_no_auth: bool = False
+    otlp_grpc: HostPort | None = HostPort("0.0.0.0", 4317)
+    otlp_http: HostPort | None = HostPort("0.0.0.0", 4318)
+    mcp_http: HostPort | None = HostPort("0.0.0.0", 8000)
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    max_message_bytes: int = 16 * 1024 * 1024
+    """Largest accepted request body, after decompression."""
+    queue_rows: int = 500_000
+    """Rows decoded but not yet committed; beyond this producers are told to retry later."""
+    batch_rows: int = 50_000
+    """The writer merges queued requests into one INSERT of about this many rows."""
+    ack_timeout_s: float = 30.0
+    """How long a receiver waits for the commit before telling the producer to retry."""
+    max_future_skew_s: float = 86_400.0
+    """Event timestamps further than this past Echo's clock are rejected."""
+    max_attributes: int = 512
+    """Attributes kept per event (resource + point); the rest are dropped and counted."""
+    retry_after_s: float = 1.0
+    grpc_workers: int = 32
+    duckdb_memory_limit: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.token is None and not self.insecure_no_auth:
+            raise SettingsError(
+                "no bearer token: set RANKECHO_TOKEN or pass --token-file FILE "
+                "(or --insecure-no-auth to accept unauthenticated producers)"
+            )
+        if self.token is not None and not self.token.strip():
+            raise SettingsError(
+                "the bearer token is empty: put a non-empty token in RANKECHO_TOKEN or --token-file"
+            )
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise SettingsError("TLS needs both --tls-cert and --tls-key")
+        if self.max_message_bytes < 1024:
+            raise SettingsError("--max-message-bytes must be at least 1024")
+        if self.queue_rows < 1:
+            raise SettingsError("--queue-rows must be at least 1")
+
+    def tls_pair(self) -> tuple[bytes, bytes] | None:
+        """(certificate chain, private key) PEM bytes, or None without TLS."""
+        if self.tls_cert is None or self.tls_key is None:
+            return None
+        return self.tls_cert.read_bytes(), self.tls_key.read_bytes()
+
+
+def read_token(token_file: str | None, env: Mapping[str, str]) -> str | None:
+    """The token from ``--token-file`` (stripped) if given, else from ``RANKECHO_TOKEN``."""
+    if token_file:
+        try:
+            return Path(token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise SettingsError(f"cannot read --token-file {token_file}: {exc.strerror}") from exc
+    return env.get(TOKEN_ENV) or None
+
+
+def settings_from_args(args: Any, env: Mapping[str, str] = os.environ) -> Settings:
+    """Build :class:`Settings` from the ``rankecho serve`` namespace (see ``echo/cli.py``)."""
+    token = read_token(args.token_file, env)
+    if token is not None and args.insecure_no_auth:
+        raise SettingsError("both a token and --insecure-no-auth given: drop one of them")
+    return Settings(
+        db_path=Path(args.db),
+        token=token,
+        insecure_no_auth=args.insecure_no_auth,
+        otlp_grpc=HostPort.parse(args.otlp_grpc),
+        otlp_http=HostPort.parse(args.otlp_http),
+        mcp_http=HostPort.parse(args.mcp_http) if args.mcp_http else None,
+        tls_cert=Path(args.tls_cert) if args.tls_cert else None,
+        tls_key=Path(args.tls_key) if args.tls_key else None,
+        max_message_bytes=args.max_message_bytes,
+        queue_rows=args.queue_rows,
+    )

@@ -1,0 +1,130 @@
+"""The read API: one read-only statement on a cursor of the store's DuckDB instance, bounded in time,
+rows and bytes.
+
+Each query gets its own cursor (a connection to the same database instance, so it sees committed rows
+while the writer keeps inserting), runs inside ``BEGIN TRANSACTION READ ONLY`` after
+:func:`check_read_only`, and a timer calls ``interrupt()`` on the cursor when the time is up.
+
+Usage::
+
+    reader = Reader(connection)
+    result = reader.query("SELECT node_id, count(*) FROM events GROUP BY 1", timeout_s=5)
+    result.columns, result.rows, result.truncated
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from echo.store.readcheck import check_read_only
+
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_MAX_ROWS = 10_000
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+
+
+class QueryTimeoutError(TimeoutError):
+    pass
+
+
+class QueryError(ValueError):
+    """DuckDB refused or failed the query; the message is DuckDB's, prefixed with what to check."""
+
+
+@dataclass
+class QueryResult:
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+    truncated: bool = False
+    """True when ``max_rows`` or ``max_bytes`` cut the result; ``truncated_by`` says which."""
+    truncated_by: str | None = None
+    elapsed_ms: float = 0.0
+    types: list[str] = field(default_factory=list)
+
+
+def _row_bytes(row: tuple[Any, ...]) -> int:
+    return sum(8 if v is None or isinstance(v, int | float | bool) else len(str(v)) for v in row) + 8
+
+
+class Reader:
+    """Thread-safe: every call makes its own cursor. ``check`` is the statement gate (see readcheck)."""
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        check: Callable[[str], str] = check_read_only,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_rows: int = DEFAULT_MAX_ROWS,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
+        self._con = con
+        self.check = check
+        self.timeout_s = timeout_s
+        self.max_rows = max_rows
+        self.max_bytes = max_bytes
+
+    def query(
+        self,
+        sql: str,
+        params: Sequence[Any] | dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+        max_rows: int | None = None,
+        max_bytes: int | None = None,
+    ) -> QueryResult:
+        """Run ``sql``; raises ReadOnlyViolation, QueryTimeoutError or QueryError with the reason."""
+        statement = self.check(sql)
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        row_cap = self.max_rows if max_rows is None else max_rows
+        byte_cap = self.max_bytes if max_bytes is None else max_bytes
+        started = time.perf_counter()
+        cur = self._con.cursor()
+        done = threading.Event()
+
+        def interrupt() -> None:
+            if not done.is_set():
+                cur.interrupt()
+
+        timer = threading.Timer(timeout, interrupt)
+        timer.daemon = True
+        try:
+            cur.execute("BEGIN TRANSACTION READ ONLY")
+            timer.start()
+            cur.execute(statement, params)
+            result = self._fetch(cur, row_cap, byte_cap)
+        except duckdb.InterruptException:
+            raise QueryTimeoutError(
+                f"query ran past {timeout:g} s and was stopped: narrow it (WHERE timestamp_ns ..., LIMIT)"
+            ) from None
+        except duckdb.Error as exc:
+            raise QueryError(f"query failed: {exc}") from None
+        finally:
+            done.set()
+            timer.cancel()
+            cur.close()  # also ends the read transaction
+        result.elapsed_ms = (time.perf_counter() - started) * 1000
+        return result
+
+    @staticmethod
+    def _fetch(cur: duckdb.DuckDBPyConnection, row_cap: int, byte_cap: int) -> QueryResult:
+        description = cur.description or []
+        result = QueryResult([d[0] for d in description], [], types=[str(d[1]) for d in description])
+        size = 0
+        while True:
+            chunk = cur.fetchmany(1024)
+            if not chunk:
+                return result
+            for row in chunk:
+                size += _row_bytes(row)
+                if size > byte_cap:
+                    result.truncated, result.truncated_by = True, "max_bytes"
+                    return result
+                if len(result.rows) >= row_cap:
+                    result.truncated, result.truncated_by = True, "max_rows"
+                    return result
+                result.rows.append(row)

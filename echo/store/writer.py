@@ -1,0 +1,162 @@
+"""The single writer: the only code that writes the ``events`` table.
+
+Receivers decode a request into a :class:`RowBatch` and :meth:`Writer.submit` it; they get a future
+that resolves only after the rows are COMMITted (acknowledged = durable). The writer thread merges
+queued batches into INSERTs of up to ``batch_rows`` rows. ``ON CONFLICT DO NOTHING`` on the event-id
+primary key turns resent batches into no-ops (counted as duplicates skipped). The queue is bounded
+in rows: :class:`QueueFullError` tells the receiver to answer "retry later" instead of growing memory.
+
+Usage::
+
+    writer = Writer(cursor, stats, queue_rows=500_000)
+    writer.start()
+    writer.submit(batch).result()   # returns once committed
+    writer.stop()                   # drains and commits everything queued
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import duckdb
+
+from echo.ingest.rows import RowBatch, concat
+from echo.ops import Stats
+
+log = logging.getLogger(__name__)
+INSERT_SQL = "INSERT INTO events SELECT * FROM incoming ON CONFLICT DO NOTHING"
+
+
+class QueueFullError(RuntimeError):
+    """The queue holds ``queue_rows`` rows already; retry after ``retry_after_s``."""
+
+    def __init__(self, retry_after_s: float) -> None:
+        super().__init__(f"Echo's write queue is full: retry in {retry_after_s:g} s")
+        self.retry_after_s = retry_after_s
+
+
+class WriterClosedError(RuntimeError):
+    """Echo is shutting down and accepts no new rows; the producer should retry (another Echo)."""
+
+
+@dataclass
+class _Pending:
+    batch: RowBatch
+    future: Future[int]
+
+
+class Writer:
+    """Owns one DuckDB connection for writing; one daemon thread, started by :meth:`start`."""
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        stats: Stats,
+        queue_rows: int,
+        batch_rows: int = 50_000,
+        retry_after_s: float = 1.0,
+    ) -> None:
+        self._con = con
+        self._stats = stats
+        self._max_rows = queue_rows
+        self._batch_rows = batch_rows
+        self._retry_after_s = retry_after_s
+        self._queue: deque[_Pending] = deque()
+        self._queued_rows = 0
+        self._cond = threading.Condition()
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="echo-writer", daemon=True)
+
+    @property
+    def queued_rows(self) -> int:
+        return self._queued_rows
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive() and not self._closing
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, batch: RowBatch) -> Future[int]:
+        """Queue ``batch``; the future yields the rows newly stored by the commit that included it."""
+        future: Future[int] = Future()
+        n = len(batch)
+        if n == 0:
+            future.set_result(0)
+            return future
+        with self._cond:
+            if self._closing:
+                raise WriterClosedError("Echo is shutting down: retry against the restarted Echo")
+            if self._queued_rows and self._queued_rows + n > self._max_rows:
+                raise QueueFullError(self._retry_after_s)
+            self._queue.append(_Pending(batch, future))
+            self._queued_rows += n
+            self._cond.notify()
+        return future
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Refuse new rows, commit everything already queued, then end the thread."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _take(self) -> list[_Pending] | None:
+        with self._cond:
+            while not self._queue:
+                if self._closing:
+                    return None
+                self._cond.wait()
+            taken = [self._queue.popleft()]
+            rows = len(taken[0].batch)
+            while self._queue and rows + len(self._queue[0].batch) <= self._batch_rows:
+                item = self._queue.popleft()
+                taken.append(item)
+                rows += len(item.batch)
+            self._queued_rows -= rows
+            return taken
+
+    def _run(self) -> None:
+        while (taken := self._take()) is not None:
+            self._commit_all(taken)
+
+    def _commit_all(self, taken: list[_Pending]) -> None:
+        try:
+            inserted = self._commit([p.batch for p in taken])
+        except Exception as exc:
+            if len(taken) > 1:  # isolate the bad request so the others still land
+                for pending in taken:
+                    self._commit_all([pending])
+                return
+            log.error("commit failed for a batch of %d rows: %s", len(taken[0].batch), exc)
+            self._stats.rejected("commit_failed", len(taken[0].batch))
+            taken[0].future.set_exception(exc)
+            return
+        for pending in taken:
+            pending.future.set_result(inserted)
+
+    def _commit(self, batches: list[RowBatch]) -> int:
+        table = concat(batches)
+        started = time.perf_counter()
+        con = self._con
+        con.register("incoming", table)
+        try:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                row = con.execute(INSERT_SQL).fetchone()
+                con.execute("COMMIT")
+            except Exception:
+                con.execute("ROLLBACK")
+                raise
+        finally:
+            con.unregister("incoming")
+        inserted = int(row[0]) if row else 0
+        self._stats.committed(table.num_rows, inserted, time.perf_counter() - started)
+        return inserted

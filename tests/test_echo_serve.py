@@ -1,0 +1,68 @@
+"""``rankecho serve`` and ``rankecho query`` as real processes: listening line, auth refusal, flock,
+and the seed's four queries on the store a served Echo wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from echo_helpers import TEST_TOKEN, grpc_export, node_request
+
+from echo.store.lock import StoreLock, StoreLockedError
+from echo.stress.server import EchoProcess
+
+RANKECHO = [sys.executable, "-m", "rankecho"]
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*RANKECHO, *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def test_serve_prints_one_listening_line_and_drains_on_sigterm(echo_process: EchoProcess) -> None:
+    listening = echo_process.listening
+    assert set(listening) == {"otlp_grpc", "otlp_http", "mcp_http"}
+    assert listening["otlp_grpc"] and listening["otlp_grpc"].startswith("127.0.0.1:")
+    assert listening["otlp_http"] and listening["otlp_http"].startswith("127.0.0.1:")
+    grpc_export(echo_process.otlp_grpc, node_request("n1", 300), TEST_TOKEN)
+    assert echo_process.stop() == 0
+    out = run_cli("query", "--db", str(echo_process.db), "--json", "SELECT count(*) AS n FROM events")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["rows"] == [[300]]
+
+
+def test_serve_without_token_exits_naming_both_fixes(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "RANKECHO_TOKEN"}
+    out = run_cli("serve", "--db", str(tmp_path / "e.db"), "--otlp-grpc", "127.0.0.1:0", env=env)
+    assert out.returncode != 0
+    assert (
+        "RANKECHO_TOKEN" in out.stderr and "--token-file" in out.stderr and "--insecure-no-auth" in out.stderr
+    )
+    assert out.stdout == ""
+
+
+def test_second_echo_on_same_store_exits_naming_the_holder(echo_process: EchoProcess, tmp_path: Path) -> None:
+    assert echo_process.proc is not None
+    second = EchoProcess(echo_process.db, token=TEST_TOKEN, log=tmp_path / "second.log")
+    with pytest.raises(Exception, match="did not print"):
+        second.start()
+    assert f"pid {echo_process.proc.pid}" in (tmp_path / "second.log").read_text()
+    query = run_cli("query", "--db", str(echo_process.db), "SELECT 1")
+    assert query.returncode == 3 and f"pid {echo_process.proc.pid}" in query.stderr
+
+
+def test_kill_9_releases_the_lock(tmp_path: Path) -> None:
+    db = tmp_path / "e.db"
+    echo = EchoProcess(db, token=TEST_TOKEN).start()
+    with pytest.raises(StoreLockedError):
+        StoreLock(db).acquire()
+    echo.kill()
+    with StoreLock(db):
+        pass
+    with EchoProcess(db, token=TEST_TOKEN) as again:
+        grpc_export(again.otlp_grpc, node_request("n1", 5), TEST_TOKEN)
