@@ -1,0 +1,298 @@
+/* simrank: one simulated training rank, driven by the torch-style environment.
+ *
+ *   RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
+ *   RANKECHO_NODE_ID=node-a simrank --steps 20 --log /tmp/rank0.log
+ *
+ * Each step: a data-loader fetch (off-CPU), an occasional cudaMalloc, an H2D copy, forward kernels,
+ * a loss sync, backward kernels interleaved with bucketed all-reduces on the world communicator,
+ * one all-reduce per extra (split) communicator, and a final stream sync. Rank 0 creates the
+ * NCCL unique id and serves it on MASTER_ADDR:MASTER_PORT (as torch's TCPStore would); the others
+ * fetch it there. The log records what the process really did: per step its start, the wall
+ * time it entered the first all-reduce, the end of the final sync, how long that sync blocked,
+ * and which faults fired.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "simint.h"
+#include "simrank.h"
+
+#ifndef SIMRANK_DLOPEN
+static const struct api LINKED = {
+#define SIMRANK_BIND(name, ret, args) .name = name,
+    SIMRANK_API(SIMRANK_BIND)
+#undef SIMRANK_BIND
+};
+#endif
+
+static void die(const char *fmt, const char *arg) {
+    fprintf(stderr, "simrank: ");
+    fprintf(stderr, fmt, arg);
+    fputc('\n', stderr);
+    exit(2);
+}
+
+static void check(int rc, const char *what) {
+    if (rc != 0) {
+        fprintf(stderr, "simrank: %s failed with code %d\n", what, rc);
+        exit(3);
+    }
+}
+
+static struct api load_api(const struct cfg *c) {
+#ifdef SIMRANK_DLOPEN
+    struct api a;
+    char path[4096];
+    if (c->lib_dir == NULL) die("%s", "the dlopen build needs --lib-dir (or SIMRANK_LIB_DIR)");
+    sim_sleep_until(sim_now_ns() + (int64_t)c->dlopen_delay_ms * 1000000);
+    snprintf(path, sizeof path, "%s/libcudart.so.12", c->lib_dir);
+    void *cudart = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (cudart == NULL) die("cannot load libcudart: %s", dlerror());
+    snprintf(path, sizeof path, "%s/libnccl.so.2", c->lib_dir);
+    void *nccl = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (nccl == NULL) die("cannot load libnccl: %s", dlerror());
+#define SIMRANK_SYM(name, ret, args)                                                                     \
+    *(void **)&a.name = dlsym(RTLD_DEFAULT, #name);                                                      \
+    if (a.name == NULL) die("missing symbol %s", #name);
+    SIMRANK_API(SIMRANK_SYM)
+#undef SIMRANK_SYM
+    return a;
+#else
+    (void)c;
+    return LINKED;
+#endif
+}
+
+static int env_int(const char *name, int fallback) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : fallback;
+}
+
+static void parse(int argc, char **argv, struct cfg *c) {
+    *c = (struct cfg){.rank = env_int("RANK", 0), .world = env_int("WORLD_SIZE", 1),
+                      .local_rank = env_int("LOCAL_RANK", 0), .local_world = env_int("LOCAL_WORLD_SIZE", 1),
+                      .node = getenv("RANKECHO_NODE_ID"), .master_addr = getenv("MASTER_ADDR"),
+                      .lib_dir = getenv("SIMRANK_LIB_DIR"), .master_port = env_int("MASTER_PORT", 29500),
+                      .steps = 10, .compute_us = 20000, .host_us = 500, .loader_us = 500, .kernels = 20,
+                      .allreduce_bytes = 16 << 20, .buckets = 1, .malloc_every = 50, .seed = 1};
+    if (c->node == NULL) c->node = "node-0";
+    if (c->master_addr == NULL) c->master_addr = "127.0.0.1";
+    static const struct option opts[] = {
+        {"steps", 1, 0, 's'}, {"compute-us", 1, 0, 'c'}, {"host-us", 1, 0, 'h'}, {"loader-us", 1, 0, 'l'},
+        {"kernels", 1, 0, 'k'}, {"allreduce-bytes", 1, 0, 'b'}, {"buckets", 1, 0, 'B'},
+        {"malloc-every", 1, 0, 'm'}, {"split", 1, 0, 'S'}, {"fault", 1, 0, 'f'}, {"log", 1, 0, 'L'},
+        {"seed", 1, 0, 'r'}, {"lib-dir", 1, 0, 'd'}, {"dlopen-delay-ms", 1, 0, 'D'}, {0, 0, 0, 0}};
+    static const char *log_path;
+    int o;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 's': c->steps = atoi(optarg); break;
+        case 'c': c->compute_us = atof(optarg); break;
+        case 'h': c->host_us = atof(optarg); break;
+        case 'l': c->loader_us = atof(optarg); break;
+        case 'k': c->kernels = atoi(optarg); break;
+        case 'b': c->allreduce_bytes = strtoull(optarg, NULL, 10); break;
+        case 'B': c->buckets = atoi(optarg); break;
+        case 'm': c->malloc_every = atoi(optarg); break;
+        case 'r': c->seed = (unsigned)strtoul(optarg, NULL, 10); break;
+        case 'd': c->lib_dir = optarg; break;
+        case 'D': c->dlopen_delay_ms = atoi(optarg); break;
+        case 'L': log_path = optarg; break;
+        case 'S': {
+            struct split_cfg *s = &c->splits[c->nsplits];
+            unsigned long long bytes;
+            if (c->nsplits == MAX_SPLITS ||
+                sscanf(optarg, "%31[^:]:%d:%d:%llu", s->name, &s->group_size, &s->strided, &bytes) != 4 ||
+                s->group_size < 1 || c->world % s->group_size != 0)
+                die("bad --split %s (want NAME:GROUP_SIZE:STRIDED:BYTES, GROUP_SIZE dividing WORLD_SIZE)", optarg);
+            s->bytes = bytes;
+            c->nsplits++;
+            break;
+        }
+        case 'f':
+            if (c->nfaults == MAX_FAULTS || fault_parse(optarg, &c->faults[c->nfaults]) != 0)
+                die("bad --fault %s (want KIND:MS:EVERY:START_STEP:JITTER_MS)", optarg);
+            c->nfaults++;
+            break;
+        default: die("%s", "unknown option; see the comment at the top of simrank.c");
+        }
+    }
+    if (c->world < 1 || c->rank < 0 || c->rank >= c->world) die("%s", "RANK must be in [0, WORLD_SIZE)");
+    if (c->kernels < 3 || c->buckets < 1 || c->steps < 0) die("%s", "need --kernels >= 3, --buckets >= 1");
+    if (log_path && freopen(log_path, "w", stdout) == NULL) die("cannot write log %s", log_path);
+}
+
+/* Rank 0 hands the 128-byte id to every other rank over TCP, as a TCPStore get/set would. */
+struct serve_arg {
+    int fd, clients;
+    ncclUniqueId id;
+};
+
+static void *serve_id(void *p) {
+    struct serve_arg *a = p;
+    for (int i = 0; i < a->clients; i++) {
+        int c = accept(a->fd, NULL, NULL);
+        if (c < 0) break;
+        if (write(c, &a->id, sizeof a->id) != (ssize_t)sizeof a->id) perror("simrank: id store");
+        close(c);
+    }
+    close(a->fd);
+    return NULL;
+}
+
+static ncclUniqueId exchange_id(const struct cfg *c, const struct api *api) {
+    static struct serve_arg arg;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->master_port)};
+    if (inet_pton(AF_INET, c->master_addr, &sa.sin_addr) != 1) die("MASTER_ADDR %s is not IPv4", c->master_addr);
+    if (c->rank == 0) {
+        check(api->ncclGetUniqueId(&arg.id), "ncclGetUniqueId");
+        if (c->world == 1) return arg.id;
+        int one = 1;
+        arg.fd = socket(AF_INET, SOCK_STREAM, 0);
+        setsockopt(arg.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(arg.fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(arg.fd, 128) != 0)
+            die("cannot listen on MASTER_ADDR:MASTER_PORT (%s); pick a free MASTER_PORT", c->master_addr);
+        arg.clients = c->world - 1;
+        pthread_t t;
+        pthread_create(&t, NULL, serve_id, &arg);
+        pthread_detach(t);
+        return arg.id;
+    }
+    ncclUniqueId id;
+    for (int64_t deadline = sim_now_ns() + 60 * 1000000000LL;;) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && read(fd, &id, sizeof id) == (ssize_t)sizeof id) {
+            close(fd);
+            return id;
+        }
+        close(fd);
+        if (sim_now_ns() > deadline) die("no unique id from rank 0 at MASTER_ADDR %s within 60 s", c->master_addr);
+        usleep(20000);
+    }
+}
+
+static void kernel_fwd(void) {}
+static void kernel_bwd(void) {}
+static void kernel_opt(void) {}
+
+/* One kernel of `us` GPU microseconds: its grid is sized so the simulated GPU takes that long. */
+static void launch(const struct api *a, void (*fn)(void), double us, double host_us, cudaStream_t s) {
+    double ns_per_block = sim_env_double(SIM_ENV_NS_PER_BLOCK, SIM_DEFAULT_NS_PER_BLOCK);
+    unsigned blocks = (unsigned)(us * 1000.0 / ns_per_block);
+    dim3 grid = {blocks ? blocks : 1, 1, 1}, block = {256, 1, 1};
+    check(a->cudaLaunchKernel((const void *)fn, grid, block, NULL, 0, s), "cudaLaunchKernel");
+    sim_spin_until(sim_now_ns() + (int64_t)(host_us * 1000.0)); /* the framework's own CPU work */
+}
+
+static uint64_t comm_hash(ncclComm_t comm) { return ((const uint64_t *)(const void *)comm)[1]; }
+
+/* Free and re-allocate the block cache in slices whose mapping time adds up to `ms`. */
+static void fragment_cycle(const struct api *a, void **cache, double ms) {
+    double gbps = sim_env_double(SIM_ENV_MALLOC_GBPS, SIM_DEFAULT_MALLOC_GBPS);
+    double per_ns = ms * 1e6 / ALLOC_CACHE - 20000;
+    size_t bytes = per_ns > 0 ? (size_t)(per_ns * gbps) : 512;
+    for (int i = 0; i < ALLOC_CACHE; i++) {
+        check(a->cudaFree(cache[i]), "cudaFree");
+        check(a->cudaMalloc(&cache[i], bytes), "cudaMalloc");
+    }
+}
+
+int main(int argc, char **argv) {
+    struct cfg c;
+    parse(argc, argv, &c);
+    for (int i = 0; i < c.nfaults; i++)
+        if (c.faults[i].kind == F_CPU_CONTENTION && neighbor_start() != 0) die("%s", "cannot fork the neighbor");
+    struct api a = load_api(&c);
+    printf("rank %d world %d local %d node %s pid %d tid %ld\n", c.rank, c.world, c.local_rank, c.node,
+           (int)getpid(), (long)syscall(SYS_gettid));
+    check(a.cudaSetDevice(c.local_rank % 8), "cudaSetDevice");
+    cudaStream_t stream;
+    check(a.cudaStreamCreate(&stream), "cudaStreamCreate");
+    ncclUniqueId id = exchange_id(&c, &a);
+    ncclComm_t world, subs[MAX_SPLITS];
+    check(a.ncclCommInitRank(&world, c.world, id, c.rank), "ncclCommInitRank");
+    printf("comm world %016llx %d %d\n", (unsigned long long)comm_hash(world), c.rank, c.world);
+    for (int i = 0; i < c.nsplits; i++) {
+        struct split_cfg *s = &c.splits[i];
+        int color = s->strided ? c.rank % (c.world / s->group_size) : c.rank / s->group_size;
+        check(a.ncclCommSplit(world, color, c.rank, &subs[i], NULL), "ncclCommSplit");
+        int *hdr = (int *)((char *)subs[i] + 16);
+        printf("comm %s %016llx %d %d\n", s->name, (unsigned long long)comm_hash(subs[i]), hdr[0], hdr[1]);
+    }
+    void *cache[ALLOC_CACHE], *occasional = NULL, *batch = NULL;
+    for (int i = 0; i < ALLOC_CACHE; i++) check(a.cudaMalloc(&cache[i], 8 << 20), "cudaMalloc");
+    check(a.cudaMalloc(&batch, 4 << 20), "cudaMalloc");
+    static char host_batch[1];
+    int n_fwd = c.kernels / 3, n_bwd = c.kernels - n_fwd;
+    double kernel_us = c.compute_us / c.kernels, host_per_kernel = c.host_us / c.kernels;
+    uint64_t bucket_bytes = c.allreduce_bytes / (uint64_t)c.buckets;
+    fflush(stdout);
+    for (int step = 0; step < c.steps; step++) {
+        double fired[MAX_FAULTS];
+        char causes[512] = "";
+        for (int i = 0; i < c.nfaults; i++) {
+            fired[i] = fault_ms_at(&c.faults[i], i, c.rank, step, c.seed);
+            if (fired[i] > 0)
+                snprintf(causes + strlen(causes), sizeof causes - strlen(causes), "%s%s:%.3f", *causes ? "," : "",
+                         fault_name(c.faults[i].kind), fired[i]);
+        }
+        int64_t start = sim_realtime_ns();
+        wait_off_cpu(c.loader_us / 1000.0);
+        double slow = 1.0;
+        for (int i = 0; i < c.nfaults; i++) {
+            if (fired[i] <= 0) continue;
+            if (c.faults[i].kind == F_DATALOADER_STALL) wait_off_cpu(fired[i]);
+            if (c.faults[i].kind == F_ALLOC_STALL) fragment_cycle(&a, cache, fired[i]);
+            if (c.faults[i].kind == F_SLOW_GPU) slow += fired[i] * 1000.0 / c.compute_us;
+        }
+        if (c.malloc_every > 0 && step % c.malloc_every == 0) {
+            check(a.cudaFree(occasional), "cudaFree");
+            check(a.cudaMalloc(&occasional, 16 << 20), "cudaMalloc");
+        }
+        a.__rankechosim_set_gpu_slowdown(slow);
+        check(a.cudaMemcpyAsync(batch, host_batch, 4 << 20, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+        for (int k = 0; k < n_fwd; k++) launch(&a, kernel_fwd, kernel_us, host_per_kernel, stream);
+        check(a.cudaStreamSynchronize(stream), "cudaStreamSynchronize"); /* loss.item() */
+        int64_t enter = 0;
+        for (int k = 0, b = 0; k < n_bwd; k++) {
+            launch(&a, kernel_bwd, kernel_us, host_per_kernel, stream);
+            if ((k + 1) * c.buckets / n_bwd <= b) continue;
+            if (b == 0) {
+                for (int i = 0; i < c.nfaults; i++) {
+                    if (fired[i] <= 0) continue;
+                    if (c.faults[i].kind == F_HOST_COMPUTE) sim_spin_until(sim_now_ns() + (int64_t)(fired[i] * 1e6));
+                    if (c.faults[i].kind == F_CPU_CONTENTION) preempt_by_neighbor(fired[i]);
+                }
+                enter = sim_realtime_ns();
+            }
+            check(a.ncclAllReduce(batch, batch, bucket_bytes / 2, ncclBfloat16, ncclSum, world, stream),
+                  "ncclAllReduce");
+            b++;
+        }
+        for (int i = 0; i < c.nsplits; i++)
+            check(a.ncclAllReduce(batch, batch, c.splits[i].bytes / 2, ncclBfloat16, ncclSum, subs[i], stream),
+                  "ncclAllReduce");
+        a.__rankechosim_set_gpu_slowdown(1.0);
+        launch(&a, kernel_opt, 1.0, 0, stream);
+        int64_t sync_start = sim_realtime_ns();
+        check(a.cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        int64_t end = sim_realtime_ns();
+        printf("step %d %lld %lld %lld %lld %s\n", step, (long long)start, (long long)enter, (long long)end,
+               (long long)(end - sync_start), *causes ? causes : "-");
+        fflush(stdout);
+    }
+    for (int i = c.nsplits - 1; i >= 0; i--) check(a.ncclCommDestroy(subs[i]), "ncclCommDestroy");
+    check(a.ncclCommDestroy(world), "ncclCommDestroy");
+    neighbor_stop();
+    printf("done %lld\n", (long long)sim_realtime_ns());
+    return 0;
+}

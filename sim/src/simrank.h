@@ -1,0 +1,83 @@
+/* The simulated training rank: configuration, the library entry points it uses, fault injection. */
+#ifndef RANKECHO_SIMRANK_H
+#define RANKECHO_SIMRANK_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "nccl.h"
+
+/* Every library function the rank calls. Linked builds bind them at load time (DT_NEEDED);
+ * the dlopen build resolves them with dlsym after a delay, like a framework importing CUDA late. */
+#define SIMRANK_API(X)                                                                                   \
+    X(cudaSetDevice, cudaError_t, (int))                                                                 \
+    X(cudaStreamCreate, cudaError_t, (cudaStream_t *))                                                   \
+    X(cudaLaunchKernel, cudaError_t, (const void *, dim3, dim3, void **, size_t, cudaStream_t))          \
+    X(cudaStreamSynchronize, cudaError_t, (cudaStream_t))                                                \
+    X(cudaDeviceSynchronize, cudaError_t, (void))                                                        \
+    X(cudaMalloc, cudaError_t, (void **, size_t))                                                        \
+    X(cudaFree, cudaError_t, (void *))                                                                   \
+    X(cudaMemcpyAsync, cudaError_t, (void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t))   \
+    X(ncclGetUniqueId, ncclResult_t, (ncclUniqueId *))                                                   \
+    X(ncclCommInitRank, ncclResult_t, (ncclComm_t *, int, ncclUniqueId, int))                            \
+    X(ncclCommSplit, ncclResult_t, (ncclComm_t, int, int, ncclComm_t *, ncclConfig_t *))                 \
+    X(ncclCommDestroy, ncclResult_t, (ncclComm_t))                                                       \
+    X(ncclAllReduce, ncclResult_t,                                                                       \
+      (const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))             \
+    X(ncclGroupStart, ncclResult_t, (void))                                                              \
+    X(ncclGroupEnd, ncclResult_t, (void))                                                                \
+    X(__rankechosim_set_gpu_slowdown, void, (double))
+
+struct api {
+#define SIMRANK_FIELD(name, ret, args) ret(*name) args;
+    SIMRANK_API(SIMRANK_FIELD)
+#undef SIMRANK_FIELD
+};
+
+enum fault_kind { F_HOST_COMPUTE, F_DATALOADER_STALL, F_CPU_CONTENTION, F_SLOW_GPU, F_ALLOC_STALL, F_NKINDS };
+
+struct fault {
+    enum fault_kind kind;
+    double ms, jitter_ms;
+    int every, start_step;
+};
+
+#define MAX_FAULTS 16
+#define MAX_SPLITS 4
+#define ALLOC_CACHE 8
+
+struct split_cfg {
+    char name[32];
+    int group_size;
+    int strided;
+    uint64_t bytes;
+};
+
+struct cfg {
+    int rank, world, local_rank, local_world;
+    const char *node, *master_addr, *lib_dir;
+    int master_port;
+    int steps;
+    double compute_us, host_us, loader_us;
+    int kernels;
+    uint64_t allreduce_bytes;
+    int buckets;
+    int malloc_every;
+    unsigned seed;
+    int dlopen_delay_ms;
+    struct split_cfg splits[MAX_SPLITS];
+    int nsplits;
+    struct fault faults[MAX_FAULTS];
+    int nfaults;
+};
+
+/* simrank_faults.c */
+const char *fault_name(enum fault_kind k);
+int fault_parse(const char *spec, struct fault *out); /* "kind:ms:every:start_step:jitter_ms" */
+double fault_ms_at(const struct fault *f, int index, int rank, int step, unsigned seed);
+void wait_off_cpu(double ms);
+void preempt_by_neighbor(double ms); /* needs neighbor_start() first */
+int neighbor_start(void);
+void neighbor_stop(void);
+
+#endif

@@ -1,0 +1,150 @@
+/* Fault injection for the simulated rank: each kind leaves the signature a real cause would.
+ *
+ * host_compute      on-CPU busy loop before the collective (the rank's thread is running)
+ * dataloader_stall  blocked in ppoll() on an empty pipe (off-CPU, sleeping)
+ * cpu_contention    a separate "noisy-neighbor" process pinned to the rank's CPU spins at
+ *                   SCHED_FIFO priority, so the rank's thread is runnable but preempted
+ * slow_gpu          the rank's kernels run slower (launches identical, syncs longer)
+ * alloc_stall       a free/malloc cycle over a block cache, each cudaMalloc slow (see simrank.c)
+ */
+#define _GNU_SOURCE
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "simint.h"
+#include "simrank.h"
+
+static const char *const NAMES[F_NKINDS] = {"host_compute", "dataloader_stall", "cpu_contention", "slow_gpu",
+                                            "alloc_stall"};
+
+const char *fault_name(enum fault_kind k) { return (unsigned)k < F_NKINDS ? NAMES[k] : "?"; }
+
+int fault_parse(const char *spec, struct fault *out) {
+    char kind[32];
+    double ms, jitter;
+    int every, start;
+    if (sscanf(spec, "%31[a-z_]:%lf:%d:%d:%lf", kind, &ms, &every, &start, &jitter) != 5) return -1;
+    for (int k = 0; k < F_NKINDS; k++) {
+        if (strcmp(kind, NAMES[k]) == 0) {
+            if (ms < 0 || every < 1 || start < 0 || jitter < 0) return -1;
+            *out = (struct fault){(enum fault_kind)k, ms, jitter, every, start};
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static uint64_t mix(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Milliseconds fault `f` injects at `step` (0 when it does not fire); jitter is deterministic. */
+double fault_ms_at(const struct fault *f, int index, int rank, int step, unsigned seed) {
+    if (step < f->start_step || (step - f->start_step) % f->every != 0) return 0;
+    uint64_t h = mix(((uint64_t)seed << 40) ^ ((uint64_t)(unsigned)rank << 24) ^ ((uint64_t)index << 20) ^
+                     (uint64_t)(unsigned)step);
+    double u = (double)(h >> 11) / (double)(1ULL << 53); /* [0, 1) */
+    double ms = f->ms + f->jitter_ms * (2.0 * u - 1.0);
+    return ms > 0 ? ms : 0;
+}
+
+void wait_off_cpu(double ms) {
+    static int fds[2] = {-1, -1};
+    if (fds[0] < 0 && pipe(fds) != 0) {
+        sim_sleep_until(sim_now_ns() + (int64_t)(ms * 1e6));
+        return;
+    }
+    int64_t deadline = sim_now_ns() + (int64_t)(ms * 1e6);
+    struct pollfd p = {.fd = fds[0], .events = POLLIN};
+    for (int64_t left; (left = deadline - sim_now_ns()) > 0;) {
+        struct timespec ts = {left / 1000000000LL, left % 1000000000LL};
+        ppoll(&p, 1, &ts, NULL); /* like a loader waiting on a worker queue that stays empty */
+    }
+}
+
+static pid_t g_pid = -1;
+static int g_cmd = -1, g_ack = -1;
+
+struct neighbor_cmd {
+    int cpu;
+    double ms;
+};
+
+static void neighbor_main(int cmd, int ack) {
+    prctl(PR_SET_NAME, "noisy-neighbor");
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    struct sched_param sp = {.sched_priority = 1};
+    int rt = sched_setscheduler(0, SCHED_FIFO, &sp) == 0;
+    if (!rt)
+        fprintf(stderr, "simrank: cpu_contention without CAP_SYS_NICE: the neighbor spins at normal priority, "
+                        "so the rank is only partly preempted (run as root for the full effect)\n");
+    struct neighbor_cmd c;
+    while (read(cmd, &c, sizeof c) == (ssize_t)sizeof c) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(c.cpu, &set);
+        sched_setaffinity(0, sizeof set, &set);
+        int64_t deadline = sim_now_ns() + (int64_t)(c.ms * 1e6);
+        char one = 1;
+        if (write(ack, &one, 1) != 1) break;
+        sim_spin_until(deadline);
+    }
+    _exit(0);
+}
+
+int neighbor_start(void) {
+    int cmd[2], ack[2];
+    if (pipe(cmd) != 0 || pipe(ack) != 0) return -1;
+    fflush(NULL);
+    g_pid = fork();
+    if (g_pid < 0) return -1;
+    if (g_pid == 0) {
+        close(cmd[1]);
+        close(ack[0]);
+        neighbor_main(cmd[0], ack[1]);
+    }
+    close(cmd[0]);
+    close(ack[1]);
+    g_cmd = cmd[1];
+    g_ack = ack[0];
+    return 0;
+}
+
+void neighbor_stop(void) {
+    if (g_pid <= 0) return;
+    close(g_cmd);
+    close(g_ack);
+    kill(g_pid, SIGKILL);
+    waitpid(g_pid, NULL, 0);
+    g_pid = -1;
+}
+
+void preempt_by_neighbor(double ms) {
+    if (g_pid <= 0) return;
+    cpu_set_t old, one;
+    sched_getaffinity(0, sizeof old, &old);
+    int cpu = sched_getcpu();
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    sched_setaffinity(0, sizeof one, &one);
+    struct neighbor_cmd c = {cpu, ms};
+    char ack;
+    int64_t deadline = sim_now_ns() + (int64_t)(ms * 1e6);
+    if (write(g_cmd, &c, sizeof c) == (ssize_t)sizeof c && read(g_ack, &ack, 1) == 1) {
+        /* Runnable from here on; the neighbor owns this CPU until `deadline`. Keep doing host work
+         * (tiny slices) so the thread stays runnable rather than sleeping. */
+        sim_spin_until(deadline);
+    }
+    sched_setaffinity(0, sizeof old, &old);
+}
