@@ -1,0 +1,304 @@
+/* rankecho node agent: uprobes on libnccl/libcudart plus scheduler tracepoints.
+ *
+ * Knobs come in as -D flags from agent/probes.py: OFFCPU_MIN_NS (off-CPU threshold), MAX_THREADS
+ * (per-thread map size), RINGBUF_PAGES, and FILTER_PIDS (only processes user space put in `targets`;
+ * without it, any process that hits a probe becomes a target, so a job is traced from its first call).
+ *
+ * Kernel struct fields are never read here: the agent may run with headers older than the kernel,
+ * where field offsets are silently wrong. Helpers, pt_regs and tracepoint arguments only.
+ */
+#include <uapi/linux/ptrace.h>
+#include "agent.h"
+
+#ifndef OFFCPU_MIN_NS
+#define OFFCPU_MIN_NS 1000000ULL
+#endif
+#ifndef MAX_THREADS
+#define MAX_THREADS 8192
+#endif
+#ifndef RINGBUF_PAGES
+#define RINGBUF_PAGES 256
+#endif
+
+struct call_key {
+    u32 tid;
+    u32 fn;
+};
+
+struct offcpu {
+    u64 ts;     /* switch-out */
+    u64 wake;   /* sched_wakeup, 0 while still blocked or when preempted */
+    u32 pid;
+    u16 call;   /* function in flight at switch-out */
+    u16 sleeping;
+};
+
+struct launch_count {
+    u32 pid;
+    u32 pad;
+    u64 n;
+};
+
+BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
+BPF_HASH(targets, u32, u8, 4096);                              /* tgid -> 1 */
+BPF_TABLE("lru_hash", struct call_key, struct rk_event, calls, MAX_THREADS);
+BPF_TABLE("lru_hash", u32, struct rk_init_event, inits, 1024); /* tid -> pending init call */
+BPF_TABLE("lru_hash", u32, u16, in_flight, MAX_THREADS);       /* tid -> fn */
+BPF_TABLE("lru_hash", u32, struct offcpu, offstart, MAX_THREADS);
+BPF_TABLE("lru_hash", u32, struct launch_count, launches, MAX_THREADS); /* cumulative per tid */
+BPF_PERCPU_ARRAY(drops, u64, 1);
+
+#define ARG1 PT_REGS_PARM1(ctx)
+#define ARG2 PT_REGS_PARM2(ctx)
+#define ARG3 PT_REGS_PARM3(ctx)
+#define ARG4 PT_REGS_PARM4(ctx)
+#define ARG5 PT_REGS_PARM5(ctx)
+#define ARG6 PT_REGS_PARM6(ctx)
+/* The n-th 8-byte stack slot above the return address at function entry (7th argument = 1). */
+#define STACK(n) stack_arg(ctx, n)
+#define I32(x) ((u64)(x) & 0xffffffffULL)
+#define U8(x) ((u64)(x) & 0xffULL)
+/* a3 of a collective: datatype | op << 8 | root-or-peer << 16 */
+#define PACK(dtype, op, peer) (U8(dtype) | (U8(op) << 8) | (I32(peer) << 16))
+
+static __always_inline u64 stack_arg(struct pt_regs *ctx, int n)
+{
+    u64 v = 0;
+    bpf_probe_read_user(&v, sizeof(v), (void *)(PT_REGS_SP(ctx) + 8 * n));
+    return v;
+}
+
+static __always_inline void count_drop(void)
+{
+    int zero = 0;
+    u64 *d = drops.lookup(&zero);
+    if (d)
+        *d += 1;
+}
+
+static __always_inline void submit(void *data, u64 size)
+{
+    if (events.ringbuf_output(data, size, BPF_RB_NO_WAKEUP) != 0)
+        count_drop();
+}
+
+static __always_inline int accept(u32 tgid)
+{
+    if (targets.lookup(&tgid))
+        return 1;
+#ifdef FILTER_PIDS
+    return 0;
+#else
+    u8 one = 1;
+    targets.update(&tgid, &one);
+    return 1;
+#endif
+}
+
+static __always_inline int begin_call(u16 fn, u64 a0, u64 a1, u64 a2, u64 a3)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if (!accept(id >> 32))
+        return 0;
+    struct rk_event e = {};
+    e.ts = bpf_ktime_get_ns();
+    e.pid = id >> 32;
+    e.tid = (u32)id;
+    e.kind = KIND_CALL;
+    e.fn = fn;
+    e.a0 = a0;
+    e.a1 = a1;
+    e.a2 = a2;
+    e.a3 = a3;
+    struct call_key k = {.tid = e.tid, .fn = fn};
+    calls.update(&k, &e);
+    in_flight.update(&e.tid, &fn);
+    return 0;
+}
+
+static __always_inline int end_call(u16 fn, u64 rc)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct call_key k = {.tid = tid, .fn = fn};
+    struct rk_event *e = calls.lookup(&k);
+    if (!e)
+        return 0;
+    e->ts2 = bpf_ktime_get_ns();
+    e->extra = (u32)rc;
+    submit(e, sizeof(*e));
+    calls.delete(&k);
+    in_flight.delete(&tid);
+    return 0;
+}
+
+/* Communicator creation: the unique id is passed by value on the stack right above the return
+ * address (so `rank` of ncclCommInitRank is the third register argument); the new handle is only
+ * written when the call returns. */
+static __always_inline int begin_init(struct pt_regs *ctx, u16 fn, u64 a0, u64 a1, u64 a2, u64 a3)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if (!accept(id >> 32))
+        return 0;
+    struct rk_init_event e = {};
+    e.h.ts = bpf_ktime_get_ns();
+    e.h.pid = id >> 32;
+    e.h.tid = (u32)id;
+    e.h.kind = KIND_COMM_INIT;
+    e.h.fn = fn;
+    e.h.a0 = a0;
+    e.h.a1 = a1;
+    e.h.a2 = a2;
+    e.h.a3 = a3;
+    if (fn == FN_COMM_INIT_RANK || fn == FN_COMM_INIT_RANK_CONFIG)
+        bpf_probe_read_user(e.payload, RK_PAYLOAD, (void *)(PT_REGS_SP(ctx) + 8));
+    inits.update(&e.h.tid, &e);
+    u16 f = fn;
+    in_flight.update(&e.h.tid, &f);
+    return 0;
+}
+
+static __always_inline int end_init(struct pt_regs *ctx)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct rk_init_event *e = inits.lookup(&tid);
+    if (!e)
+        return 0;
+    e->h.ts2 = bpf_ktime_get_ns();
+    e->h.extra = (u32)PT_REGS_RC(ctx);
+    u64 handle = 0;
+    if (e->h.fn == FN_COMM_INIT_ALL) {
+        /* a0 = ncclComm_t comms[ndev]: copy up to 16 handles. */
+        u64 n = e->h.a1 > 16 ? 16 : e->h.a1;
+        if (n == 16)
+            bpf_probe_read_user(e->payload, 128, (void *)e->h.a0);
+        else
+            bpf_probe_read_user(e->payload, (n & 15) * 8, (void *)e->h.a0);
+    } else {
+        /* a3 = address of the ncclComm_t the library filled in. */
+        bpf_probe_read_user(&handle, sizeof(handle), (void *)e->h.a3);
+        e->h.a3 = handle;
+    }
+    submit(e, sizeof(*e));
+    inits.delete(&tid);
+    in_flight.delete(&tid);
+    return 0;
+}
+
+#define CALL(name, FN, A0, A1, A2, A3)                                              \
+    int enter_##name(struct pt_regs *ctx) { return begin_call(FN, A0, A1, A2, A3); } \
+    int return_##name(struct pt_regs *ctx) { return end_call(FN, PT_REGS_RC(ctx)); }
+
+#define INIT(name, FN, A0, A1, A2, A3)                                                    \
+    int enter_##name(struct pt_regs *ctx) { return begin_init(ctx, FN, A0, A1, A2, A3); } \
+    int return_##name(struct pt_regs *ctx) { return end_init(ctx); }
+
+/* Collectives: a0 = comm, a1 = stream, a2 = element count, a3 = PACK(datatype, op, root/peer). */
+CALL(ncclAllReduce, FN_ALL_REDUCE, ARG6, STACK(1), ARG3, PACK(ARG4, ARG5, 0))
+CALL(ncclAllGather, FN_ALL_GATHER, ARG5, ARG6, ARG3, PACK(ARG4, 0, 0))
+CALL(ncclReduceScatter, FN_REDUCE_SCATTER, ARG6, STACK(1), ARG3, PACK(ARG4, ARG5, 0))
+CALL(ncclBroadcast, FN_BROADCAST, ARG6, STACK(1), ARG3, PACK(ARG4, 0, ARG5))
+CALL(ncclBcast, FN_BCAST, ARG5, ARG6, ARG2, PACK(ARG3, 0, ARG4))
+CALL(ncclReduce, FN_REDUCE, STACK(1), STACK(2), ARG3, PACK(ARG4, ARG5, ARG6))
+CALL(ncclSend, FN_SEND, ARG5, ARG6, ARG2, PACK(ARG3, 0, ARG4))
+CALL(ncclRecv, FN_RECV, ARG5, ARG6, ARG2, PACK(ARG3, 0, ARG4))
+CALL(ncclGroupStart, FN_GROUP_START, 0, 0, 0, 0)
+CALL(ncclGroupEnd, FN_GROUP_END, 0, 0, 0, 0)
+CALL(ncclCommDestroy, FN_COMM_DESTROY, ARG1, 0, 0, 0)
+CALL(ncclCommAbort, FN_COMM_ABORT, ARG1, 0, 0, 0)
+
+/* Communicator creation: a0 = comm out-pointer (or parent comm), a1 = nranks / ndev / color,
+ * a2 = rank / key, a3 = out-pointer, replaced by the new handle at return. */
+INIT(ncclCommInitRank, FN_COMM_INIT_RANK, ARG1, I32(ARG2), I32(ARG3), ARG1)
+INIT(ncclCommInitRankConfig, FN_COMM_INIT_RANK_CONFIG, ARG1, I32(ARG2), I32(ARG3), ARG1)
+INIT(ncclCommInitAll, FN_COMM_INIT_ALL, ARG1, I32(ARG2), 0, 0)
+INIT(ncclCommSplit, FN_COMM_SPLIT, ARG1, I32(ARG2), I32(ARG3), ARG4)
+
+/* CUDA runtime: a1 = stream, a2 = bytes, a3 = memcpy kind. */
+CALL(cudaStreamSynchronize, FN_STREAM_SYNC, 0, ARG1, 0, 0)
+CALL(cudaDeviceSynchronize, FN_DEVICE_SYNC, 0, 0, 0, 0)
+CALL(cudaEventSynchronize, FN_EVENT_SYNC, ARG1, 0, 0, 0)
+CALL(cudaMalloc, FN_MALLOC, 0, 0, ARG2, 0)
+CALL(cudaFree, FN_FREE, ARG1, 0, 0, 0)
+CALL(cudaMemcpy, FN_MEMCPY, 0, 0, ARG3, ARG4)
+CALL(cudaMemcpyAsync, FN_MEMCPY_ASYNC, 0, ARG5, ARG3, ARG4)
+
+/* Kernel launches are far too frequent for one record each: count them per thread here and let
+ * user space read the cumulative counts once per window. */
+int enter_cudaLaunchKernel(struct pt_regs *ctx)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if (!accept(id >> 32))
+        return 0;
+    u32 tid = (u32)id;
+    struct launch_count zero = {.pid = id >> 32};
+    struct launch_count *c = launches.lookup_or_try_init(&tid, &zero);
+    if (c)
+        __sync_fetch_and_add(&c->n, 1);
+    return 0;
+}
+
+/* Off-CPU intervals of every thread of a target process. current == prev during sched_switch. */
+TRACEPOINT_PROBE(sched, sched_switch)
+{
+    u64 now = bpf_ktime_get_ns();
+    u32 prev = args->prev_pid;
+    if (prev != 0) {
+        u32 tgid = bpf_get_current_pid_tgid() >> 32;
+        if (targets.lookup(&tgid)) {
+            struct offcpu o = {};
+            o.ts = now;
+            o.pid = tgid;
+            /* Low state bits set = blocked (S, D, ...); 0 or the preempt marker = still runnable. */
+            o.sleeping = (args->prev_state & 0xff) ? 1 : 0;
+            u16 *call = in_flight.lookup(&prev);
+            o.call = call ? *call : 0;
+            offstart.update(&prev, &o);
+        }
+    }
+    u32 next = args->next_pid;
+    struct offcpu *o = offstart.lookup(&next);
+    if (!o)
+        return 0;
+    if (now - o->ts >= OFFCPU_MIN_NS) {
+        struct rk_event e = {};
+        e.ts = o->ts;
+        e.ts2 = now;
+        e.a0 = o->wake;
+        e.pid = o->pid;
+        e.tid = next;
+        e.kind = KIND_OFFCPU;
+        e.fn = o->call;
+        e.extra = o->sleeping;
+        submit(&e, sizeof(e));
+    }
+    offstart.delete(&next);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_wakeup)
+{
+    u32 tid = args->pid;
+    struct offcpu *o = offstart.lookup(&tid);
+    if (o && o->wake == 0)
+        o->wake = bpf_ktime_get_ns();
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exit)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tgid = id >> 32;
+    u32 tid = (u32)id;
+    offstart.delete(&tid);
+    in_flight.delete(&tid);
+    if (!args->group_dead || !targets.lookup(&tgid))
+        return 0;
+    targets.delete(&tgid);
+    struct rk_event e = {};
+    e.ts = bpf_ktime_get_ns();
+    e.pid = tgid;
+    e.tid = tid;
+    e.kind = KIND_EXIT;
+    submit(&e, sizeof(e));
+    return 0;
+}

@@ -1,0 +1,126 @@
+"""``rankecho agent check``: can this node run the agent? Each check says what to do when it fails.
+
+Paths are injectable (``sys_root``, ``proc_root``, ``modules_root``) so the checks run against fixtures.
+Required checks decide the exit code; ``warn`` checks (processes found, NVML) only inform.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+
+from agent import discovery
+
+CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = True
+
+    def line(self) -> str:
+        mark = "ok  " if self.ok else ("FAIL" if self.required else "warn")
+        text = f"[{mark}] {self.name}: {self.detail}"
+        return text if self.ok or not self.fix else f"{text}\n       fix: {self.fix}"
+
+
+def effective_caps(proc_root: str = "/proc") -> int:
+    try:
+        with open(os.path.join(proc_root, "self", "status")) as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return 0
+
+
+def check_privileges(proc_root: str = "/proc") -> Check:
+    caps = effective_caps(proc_root)
+    has = lambda bit: bool(caps >> bit & 1)  # noqa: E731
+    ok = os.geteuid() == 0 or has(CAP_SYS_ADMIN) or (has(CAP_BPF) and has(CAP_PERFMON))
+    return Check("privileges", ok, f"euid {os.geteuid()}, CapEff {caps:#x}",
+                 "run as root, or grant CAP_BPF + CAP_PERFMON (+ CAP_SYS_PTRACE to read other "
+                 "processes' /proc) to the agent")
+
+
+def check_btf(sys_root: str = "/sys") -> Check:
+    path = os.path.join(sys_root, "kernel", "btf", "vmlinux")
+    return Check("BTF", os.path.exists(path), path,
+                 "use a kernel built with CONFIG_DEBUG_INFO_BTF=y", required=False)
+
+
+def check_tracefs(sys_root: str = "/sys") -> Check:
+    path = os.path.join(sys_root, "kernel", "tracing", "events", "sched", "sched_switch")
+    return Check("tracefs", os.path.isdir(path), path,
+                 "mount -t tracefs nodev /sys/kernel/tracing")
+
+
+def check_bcc() -> Check:
+    found = importlib.util.find_spec("bcc") is not None
+    return Check("bcc", found, "python bcc bindings " + ("importable" if found else "missing"),
+                 "apt-get install python3-bpfcc, then scripts/link-bcc.sh .venv (make install does both)")
+
+
+def check_headers(modules_root: str = "/lib/modules", release: str | None = None) -> Check:
+    release = release or os.uname().release
+    base = os.path.join(modules_root, release)
+    missing = [d for d in ("build", "source") if not os.path.exists(os.path.join(base, d))]
+    detail = f"{base}/build and /source" + (f" (missing: {', '.join(missing)})" if missing else "")
+    return Check("kernel headers", not missing, detail,
+                 "install linux-headers for this kernel and link build/ and source/ under "
+                 f"{base} (scripts/setup-host.sh does it)")
+
+
+def check_targets(proc_root: str = "/proc", nccl: tuple[str, ...] = (), cuda: tuple[str, ...] = ()) -> Check:
+    missing = [p for p in (*nccl, *cuda) if not os.path.exists(p)]
+    if missing:
+        return Check("libraries", False, f"not found: {', '.join(missing)}",
+                     "fix the --nccl-lib/--cuda-lib path")
+    libs, procs = discovery.scan(proc_root)
+    kinds = sorted({lib.kind for lib in libs.values()})
+    detail = f"{len(procs)} processes map {len(libs)} NCCL/CUDA runtime files ({', '.join(kinds) or 'none'})"
+    return Check("processes", bool(procs) or bool(nccl or cuda), detail,
+                 "start the training job (the agent also picks up jobs started later), or pass "
+                 "--nccl-lib/--cuda-lib", required=False)
+
+
+def check_nvml() -> Check:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+        pynvml.nvmlShutdown()
+        return Check("NVML", True, f"{count} GPUs", required=False)
+    except Exception as err:
+        return Check("NVML", False, f"unavailable ({err})",
+                     "install the NVIDIA driver (libnvidia-ml.so.1); without it no GPU state is sent",
+                     required=False)
+
+
+def run_checks(nccl: tuple[str, ...] = (), cuda: tuple[str, ...] = (), proc_root: str = "/proc",
+               sys_root: str = "/sys", modules_root: str = "/lib/modules") -> list[Check]:
+    return [
+        check_privileges(proc_root),
+        check_btf(sys_root),
+        check_tracefs(sys_root),
+        check_bcc(),
+        check_headers(modules_root),
+        check_targets(proc_root, nccl, cuda),
+        check_nvml(),
+    ]
+
+
+def main(nccl: tuple[str, ...] = (), cuda: tuple[str, ...] = ()) -> int:
+    checks = run_checks(nccl, cuda)
+    for chk in checks:
+        print(chk.line())
+    failed = [chk.name for chk in checks if chk.required and not chk.ok]
+    print("ready" if not failed else f"not ready: {', '.join(failed)}")
+    return 0 if not failed else 1

@@ -1,0 +1,166 @@
+"""Decoding of the BPF ring-buffer records (layouts in agent/bpf/agent.h) into plain dataclasses.
+
+Kept free of bcc so the tracker and its tests run anywhere. Usage::
+
+    record = decode(raw_bytes)   # CallRecord | InitRecord | OffCpuRecord | ExitRecord
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class KIND(IntEnum):
+    CALL = 1
+    COMM_INIT = 2
+    OFFCPU = 3
+    EXIT = 4
+
+
+class FN(IntEnum):
+    """Traced functions; values mirror ``enum rk_fn`` in agent.h."""
+
+    NONE = 0
+    COMM_INIT_RANK = 1
+    COMM_INIT_RANK_CONFIG = 2
+    COMM_INIT_ALL = 3
+    COMM_SPLIT = 4
+    COMM_DESTROY = 5
+    COMM_ABORT = 6
+    ALL_REDUCE = 10
+    ALL_GATHER = 11
+    REDUCE_SCATTER = 12
+    BROADCAST = 13
+    BCAST = 14
+    REDUCE = 15
+    SEND = 16
+    RECV = 17
+    GROUP_START = 18
+    GROUP_END = 19
+    STREAM_SYNC = 30
+    DEVICE_SYNC = 31
+    EVENT_SYNC = 32
+    MALLOC = 33
+    FREE = 34
+    MEMCPY = 35
+    MEMCPY_ASYNC = 36
+    LAUNCH_KERNEL = 37
+
+
+SYMBOLS: dict[FN, str] = {
+    FN.NONE: "",
+    FN.COMM_INIT_RANK: "ncclCommInitRank",
+    FN.COMM_INIT_RANK_CONFIG: "ncclCommInitRankConfig",
+    FN.COMM_INIT_ALL: "ncclCommInitAll",
+    FN.COMM_SPLIT: "ncclCommSplit",
+    FN.COMM_DESTROY: "ncclCommDestroy",
+    FN.COMM_ABORT: "ncclCommAbort",
+    FN.ALL_REDUCE: "ncclAllReduce",
+    FN.ALL_GATHER: "ncclAllGather",
+    FN.REDUCE_SCATTER: "ncclReduceScatter",
+    FN.BROADCAST: "ncclBroadcast",
+    FN.BCAST: "ncclBcast",
+    FN.REDUCE: "ncclReduce",
+    FN.SEND: "ncclSend",
+    FN.RECV: "ncclRecv",
+    FN.GROUP_START: "ncclGroupStart",
+    FN.GROUP_END: "ncclGroupEnd",
+    FN.STREAM_SYNC: "cudaStreamSynchronize",
+    FN.DEVICE_SYNC: "cudaDeviceSynchronize",
+    FN.EVENT_SYNC: "cudaEventSynchronize",
+    FN.MALLOC: "cudaMalloc",
+    FN.FREE: "cudaFree",
+    FN.MEMCPY: "cudaMemcpy",
+    FN.MEMCPY_ASYNC: "cudaMemcpyAsync",
+    FN.LAUNCH_KERNEL: "cudaLaunchKernel",
+}
+
+COLLECTIVES = frozenset(
+    {FN.ALL_REDUCE, FN.ALL_GATHER, FN.REDUCE_SCATTER, FN.BROADCAST, FN.BCAST, FN.REDUCE}
+)
+P2P = frozenset({FN.SEND, FN.RECV})
+SYNCS = frozenset({FN.STREAM_SYNC, FN.DEVICE_SYNC, FN.EVENT_SYNC})
+
+HEADER = struct.Struct("<QQQQQQIIHHI")
+"""struct rk_event: ts, ts2, a0, a1, a2, a3, pid, tid, kind, fn, extra (64 bytes)."""
+PAYLOAD_SIZE = 128
+INIT_SIZE = HEADER.size + PAYLOAD_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One traced call. ``ts``/``ts2`` are BPF monotonic ns at entry and return."""
+
+    pid: int
+    tid: int
+    fn: FN
+    ts: int
+    ts2: int
+    a0: int
+    a1: int
+    a2: int
+    a3: int
+    rc: int
+
+
+@dataclass(frozen=True, slots=True)
+class InitRecord:
+    """Communicator creation; ``payload`` is the ncclUniqueId (or InitAll's handle array)."""
+
+    call: CallRecord
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OffCpuRecord:
+    pid: int
+    tid: int
+    ts_out: int
+    ts_in: int
+    ts_wake: int  # 0 when preempted (never blocked)
+    sleeping: bool
+    call: FN
+
+
+@dataclass(frozen=True, slots=True)
+class ExitRecord:
+    pid: int
+    ts: int
+
+
+Record = CallRecord | InitRecord | OffCpuRecord | ExitRecord
+
+
+def _fn(value: int) -> FN:
+    try:
+        return FN(value)
+    except ValueError:
+        return FN.NONE
+
+
+def decode(raw: bytes) -> Record:
+    """Decode one ring-buffer record; raises ValueError on a truncated or unknown record."""
+    if len(raw) < HEADER.size:
+        raise ValueError(f"record of {len(raw)} bytes is shorter than the {HEADER.size}-byte header")
+    ts, ts2, a0, a1, a2, a3, pid, tid, kind, fn, extra = HEADER.unpack_from(raw)
+    if kind == KIND.CALL:
+        rc = extra - (1 << 32) if extra >= 1 << 31 else extra
+        return CallRecord(pid, tid, _fn(fn), ts, ts2, a0, a1, a2, a3, rc)
+    if kind == KIND.COMM_INIT:
+        if len(raw) < INIT_SIZE:
+            raise ValueError(f"comm-init record of {len(raw)} bytes, expected {INIT_SIZE}")
+        rc = extra - (1 << 32) if extra >= 1 << 31 else extra
+        call = CallRecord(pid, tid, _fn(fn), ts, ts2, a0, a1, a2, a3, rc)
+        return InitRecord(call, bytes(raw[HEADER.size : INIT_SIZE]))
+    if kind == KIND.OFFCPU:
+        return OffCpuRecord(pid, tid, ts, ts2, a0, bool(extra), _fn(fn))
+    if kind == KIND.EXIT:
+        return ExitRecord(pid, ts)
+    raise ValueError(f"unknown record kind {kind}")
+
+
+def unpack_collective(a3: int) -> tuple[int, int, int]:
+    """(datatype, op, root-or-peer) from the packed a3 slot of a collective record."""
+    return a3 & 0xFF, (a3 >> 8) & 0xFF, (a3 >> 16) & 0xFFFFFFFF

@@ -1,0 +1,250 @@
+"""The agent's main loop: load BPF, attach, consume the ring buffer, batch, export, shut down cleanly.
+
+``run(settings, stop)`` returns 0 after ``stop`` is set (SIGTERM in the CLI) once everything it saw has
+been handed to Echo or to the spool. The loop wakes every 10 ms to drain the ring buffer (records are
+written with BPF_RB_NO_WAKEUP, so nothing wakes us per event), flushes points at least every
+``flush_interval_s``, reads kernel-launch counters once per ``window_s`` and re-scans /proc every
+``scan_interval_s`` for new jobs and libraries loaded by dlopen.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+from agent import discovery, probes
+from agent.clock import ClockConverter
+from agent.events import decode
+from agent.export import Encoded, ExportConfig, Exporter, encode_batch
+from agent.identity import ProcessInfo, read_process, thread_name
+from agent.nvml import Nvml, gpu_for, open_nvml
+from agent.settings import Settings
+from agent.spool import Spool
+from agent.tracker import ProcKey, Tracker
+from shared import contract as c
+from shared.otlp import AttrValue, Point
+
+log = logging.getLogger("rankecho.agent")
+POLL_S = 0.01
+MAX_BATCH = 5000
+CLOCK_RESAMPLE_S = 10.0
+DROPS_EVERY_S = 10.0
+
+
+class Agent:
+    def __init__(self, s: Settings) -> None:
+        self.s = s
+        self.clock = ClockConverter(extra_offset_ns=s.clock_offset_ns)
+        self.spool = Spool(s.spool_dir, s.spool_max_bytes)
+        self.exporter = Exporter(
+            ExportConfig(s.endpoint, s.token, s.tls, s.ca_file, s.cert_file, s.key_file), self.spool
+        )
+        self.nvml: Nvml | None = open_nvml()
+        self._gpu_slowed: dict[int, bool] = {}
+        self.tracker = Tracker(
+            s.node_id,
+            self.clock,
+            read_proc=lambda pid: read_process(s.proc_root, pid),
+            sink=self._sink,
+            thread_name=lambda pid, tid: thread_name(s.proc_root, pid, tid),
+            throttled=self._throttled,
+            gpu_resource=self._gpu_resource,
+        )
+        self.base: dict[str, AttrValue] = {
+            c.SERVICE_NAME: "rankecho-agent",
+            c.SERVICE_INSTANCE_ID: f"{s.node_id}/{os.getpid()}/{time.time_ns()}",
+            c.CLUSTER_NAME: s.cluster_id,
+            c.NODE_NAME: s.node_id,
+            c.HOST_NAME: socket.gethostname(),
+        }
+        self.points: list[tuple[ProcKey | None, Point]] = []
+        self.attached: dict[discovery.LibKey, discovery.LibFile] = {}
+        self.explicit: dict[str, set[discovery.LibKey]] = {"nccl": set(), "cuda": set()}
+        self.bpf: Any = None
+        self.decode_errors = 0
+        self._reported_drops = (0, 0)
+
+    # --- points ---------------------------------------------------------------------------------
+    def _sink(self, key: ProcKey | None, point: Point) -> None:
+        self.points.append((key, point))
+
+    def flush(self) -> None:
+        if not self.points:
+            return
+        items, self.points = self.points, []
+        for i in range(0, len(items), MAX_BATCH):
+            batch: Encoded = encode_batch(self.tracker.resources, items[i : i + MAX_BATCH], self.base)
+            self.exporter.submit(batch)
+
+    # --- GPUs -----------------------------------------------------------------------------------
+    def _gpu_index(self, info: ProcessInfo) -> int | None:
+        return gpu_for(info.env.local_rank, info.env.visible_devices)
+
+    def _throttled(self, info: ProcessInfo) -> bool:
+        idx = self._gpu_index(info)
+        return idx is not None and self._gpu_slowed.get(idx, False)
+
+    def _gpu_resource(self, info: ProcessInfo) -> dict[str, AttrValue]:
+        idx = self._gpu_index(info)
+        if self.nvml is None or idx is None or idx >= len(self.nvml.models):
+            return {}
+        return {c.GPU_MODEL: self.nvml.models[idx], c.GPU_UUID: self.nvml.uuids[idx], c.GPU_INDEX: idx}
+
+    def sample_gpus(self) -> None:
+        if self.nvml is None:
+            return
+        owners = {self._gpu_index(p.info): p.key for p in self.tracker.procs.values()}
+        now = time.time_ns()
+        for g in self.nvml.sample():
+            self._gpu_slowed[g.index] = g.slowed
+            key = owners.get(g.index)
+            attrs: dict[str, AttrValue] = {c.GPU_INDEX: g.index, c.GPU_UUID: g.uuid, c.GPU_MODEL: g.model}
+            for metric, value in (
+                (c.M_GPU_UTIL, g.utilization_pct), (c.M_GPU_MEM_USED, g.memory_used_bytes),
+                (c.M_GPU_SM_CLOCK, g.sm_clock_mhz), (c.M_GPU_TEMP, g.temperature_c),
+                (c.M_GPU_POWER, g.power_w), (c.M_GPU_THROTTLE, g.throttle_reasons),
+            ):
+                self.points.append((key, Point(metric, now, value, dict(attrs))))
+
+    # --- BPF ------------------------------------------------------------------------------------
+    def start(self) -> None:
+        s = self.s
+        self.bpf = probes.load(s.probe_config)
+        self.bpf["events"].open_ring_buffer(self._on_record)
+        for kind, paths in (("nccl", s.nccl_libs), ("cuda", s.cuda_libs)):
+            for path in paths:
+                key = discovery.file_key(path)
+                if key is None:
+                    raise FileNotFoundError(f"--{kind}-lib {path} does not exist")
+                self.explicit[kind].add(key)
+                self._attach(discovery.LibFile(kind, os.path.abspath(path), key))
+        for pid in s.pids:
+            self.bpf["targets"][ct.c_uint32(pid)] = ct.c_uint8(1)
+        self.rescan()
+        if s.ready_file:
+            tmp = f"{s.ready_file}.tmp"
+            with open(tmp, "w") as f:
+                f.write(f"{os.getpid()}\n")
+            os.replace(tmp, s.ready_file)
+
+    def _attach(self, lib: discovery.LibFile) -> None:
+        if lib.key in self.attached:
+            return
+        done = probes.attach_library(self.bpf, lib.path, lib.kind)
+        self.attached[lib.key] = lib
+        skipped = sum(a.skipped_endbr for a in done)
+        log.info("attached %d probes to %s (%d past endbr64)", len(done), lib.path, skipped)
+
+    def rescan(self) -> None:
+        libs, procs = discovery.scan(self.s.proc_root, pids=self.s.pids or None)
+        wanted: set[int] = set()
+        for pid, keys in procs.items():
+            for key in keys:
+                lib = libs[key]
+                restricted = self.explicit[lib.kind]
+                if restricted and key not in restricted:
+                    continue
+                try:
+                    self._attach(lib)
+                except Exception as err:
+                    log.warning("cannot attach to %s: %s", lib.path, err)
+                    continue
+                wanted.add(pid)
+        for pid in wanted:
+            info = read_process(self.s.proc_root, pid)
+            if info is not None and pid not in self.tracker.procs:
+                self.tracker.track(info)
+                self.bpf["targets"][ct.c_uint32(pid)] = ct.c_uint8(1)
+
+    def _on_record(self, ctx: Any, data: Any, size: int) -> int:
+        try:
+            self.tracker.handle(decode(ct.string_at(data, size)))
+        except Exception as err:  # one bad record must not stop the agent
+            self.decode_errors += 1
+            if self.decode_errors <= 5:
+                log.warning("skipped a record: %s", err)
+        return 0
+
+    def read_windows(self) -> None:
+        """Launch counters -> points; forget BPF state of processes that exited."""
+        table = self.bpf["launches"]
+        counts = {int(k.value): (int(v.pid), int(v.n)) for k, v in table.items()}
+        self.tracker.launch_counts(counts, self.clock.now_mono())
+        gone = set(self.tracker.sweep(self.clock.now_mono()))
+        if gone:
+            for tid, (pid, _) in counts.items():
+                if pid in gone:
+                    table.pop(ct.c_uint32(tid), None)
+
+    def report_drops(self, force: bool = False) -> None:
+        ring = sum(int(v) for v in self.bpf["drops"][ct.c_int(0)]) if self.bpf is not None else 0
+        spool = self.spool.dropped_points
+        if (ring, spool) == self._reported_drops and not force:
+            return
+        self._reported_drops = (ring, spool)
+        now = time.time_ns()
+        for source, n in (("ringbuf", ring), ("spool", spool)):
+            attrs: dict[str, AttrValue] = {c.DROP_SOURCE: source}
+            self.points.append((None, Point(c.M_AGENT_DROPS, now, n, attrs)))
+
+    # --- loop -----------------------------------------------------------------------------------
+    def loop(self, stop: threading.Event) -> None:
+        s = self.s
+        now = time.monotonic()
+        due = {"flush": now + s.flush_interval_s, "window": now + s.window_s, "scan": now + s.scan_interval_s,
+               "clock": now + CLOCK_RESAMPLE_S, "drops": now + DROPS_EVERY_S}
+        while not stop.is_set():
+            self.bpf.ring_buffer_consume()
+            now = time.monotonic()
+            if now >= due["window"]:
+                due["window"] = now + s.window_s
+                self.read_windows()
+                self.sample_gpus()
+            if now >= due["flush"] or len(self.points) >= MAX_BATCH:
+                due["flush"] = now + s.flush_interval_s
+                self.flush()
+            if now >= due["scan"]:
+                due["scan"] = now + s.scan_interval_s
+                self.rescan()
+            if now >= due["clock"]:
+                due["clock"] = now + CLOCK_RESAMPLE_S
+                self.clock.resample()
+            if now >= due["drops"]:
+                due["drops"] = now + DROPS_EVERY_S
+                self.report_drops()
+            stop.wait(POLL_S)
+
+    def shutdown(self) -> None:
+        """Drain the ring buffer, send everything pending, leave the rest in the spool."""
+        if self.bpf is not None:
+            self.bpf.ring_buffer_consume()
+            self.read_windows()
+            self.report_drops(force=True)
+        self.tracker.close()
+        self.flush()
+        self.exporter.close(self.s.shutdown_deadline_s)
+        left = len(self.spool)
+        if left:
+            log.info("%d requests (%d points) stay in %s for the next run",
+                     left, self.spool.points, self.spool.dir)
+        self.spool.close()
+        if self.nvml is not None:
+            self.nvml.close()
+        if self.bpf is not None:
+            self.bpf.cleanup()
+
+
+def run(s: Settings, stop: threading.Event) -> int:
+    agent = Agent(s)
+    agent.exporter.start()
+    try:
+        agent.start()
+        agent.loop(stop)
+    finally:
+        agent.shutdown()
+    return 0

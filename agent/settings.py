@@ -1,0 +1,88 @@
+"""The agent's configuration, resolved once from flags and environment into a frozen object."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from dataclasses import dataclass
+
+from agent.probes import ProbeConfig
+
+DEFAULT_SPOOL_ROOT = "/var/lib/rankecho/spool"
+LOOPBACK_HOSTS = ("127.", "localhost", "[::1]", "::1")
+
+
+@dataclass(frozen=True)
+class Settings:
+    endpoint: str
+    cluster_id: str
+    node_id: str
+    token: str = ""
+    tls: bool = False
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    nccl_libs: tuple[str, ...] = ()
+    cuda_libs: tuple[str, ...] = ()
+    pids: tuple[int, ...] = ()
+    clock_offset_ns: int = 0
+    ready_file: str | None = None
+    spool_dir: str = ""
+    spool_max_bytes: int = 256 << 20
+    scan_interval_s: float = 2.0
+    flush_interval_s: float = 0.5
+    window_s: float = 1.0
+    offcpu_min_ns: int = 1_000_000
+    proc_root: str = "/proc"
+    shutdown_deadline_s: float = 5.0
+
+    @property
+    def probe_config(self) -> ProbeConfig:
+        return ProbeConfig(offcpu_min_ns=self.offcpu_min_ns, filter_pids=bool(self.pids))
+
+
+def _token(args: argparse.Namespace) -> str:
+    if args.token_file:
+        with open(args.token_file) as f:
+            return f.read().strip()
+    return os.environ.get("RANKECHO_TOKEN", "").strip()
+
+
+def from_args(args: argparse.Namespace) -> Settings:
+    """Resolve flags + environment (RANKECHO_TOKEN, NODE_NAME, RANKECHO_CLUSTER_ID) into Settings."""
+    node = args.node_id or os.environ.get("NODE_NAME") or socket.gethostname()
+    cluster = args.cluster_id or os.environ.get("RANKECHO_CLUSTER_ID") or "default"
+    endpoint = args.endpoint
+    tls = bool(args.tls or args.ca_file or endpoint.startswith("https://")) and not args.insecure
+    spool = args.spool_dir or os.path.join(
+        os.environ.get("RANKECHO_SPOOL_ROOT", DEFAULT_SPOOL_ROOT), f"{cluster}-{node}".replace("/", "_")
+    )
+    return Settings(
+        endpoint=endpoint,
+        cluster_id=cluster,
+        node_id=node,
+        token=_token(args),
+        tls=tls,
+        ca_file=args.ca_file,
+        cert_file=args.cert_file,
+        key_file=args.key_file,
+        nccl_libs=tuple(args.nccl_lib or ()),
+        cuda_libs=tuple(args.cuda_lib or ()),
+        pids=tuple(args.pid or ()),
+        clock_offset_ns=args.clock_offset_ns,
+        ready_file=args.ready_file,
+        spool_dir=spool,
+        spool_max_bytes=int(args.spool_max_mb * (1 << 20)),
+        scan_interval_s=args.scan_interval,
+        offcpu_min_ns=int(args.offcpu_min_ms * 1_000_000),
+        proc_root=args.proc_root,
+    )
+
+
+def plaintext_token_warning(s: Settings, insecure: bool) -> str | None:
+    host = s.endpoint.split("://", 1)[-1]
+    if s.token and not s.tls and not insecure and not host.startswith(LOOPBACK_HOSTS):
+        return (f"sending the bearer token to {s.endpoint} without TLS; pass --ca-file (or --tls) to "
+                "encrypt, or --insecure to accept plaintext")
+    return None

@@ -1,0 +1,433 @@
+"""Turns decoded BPF records into contract points: identity, sequence numbers, completion, steps.
+
+Pure apart from two injected readers (process identity and thread names), so tests drive it with
+synthetic records. One :class:`Tracker` per agent; points go to ``sink(process_key, point)`` where
+``process_key`` is ``(pid, start_ticks)`` (``None`` for node-level points).
+
+Usage::
+
+    tracker = Tracker(node_id="n1", clock=ClockConverter(), read_proc=lambda pid: read_process("/proc", pid),
+                      sink=lambda key, point: batch.append((key, point)))
+    tracker.handle(decode(raw))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from agent.clock import ClockConverter
+from agent.events import (
+    COLLECTIVES,
+    FN,
+    P2P,
+    SYMBOLS,
+    SYNCS,
+    CallRecord,
+    ExitRecord,
+    InitRecord,
+    OffCpuRecord,
+    Record,
+    unpack_collective,
+)
+from agent.health import StepHealth
+from agent.identity import (
+    ProcessInfo,
+    short_hash,
+    split_child_id,
+    unaligned_comm_id,
+    unique_id_hash,
+)
+from shared import contract as c
+from shared.otlp import AttrValue, Point
+
+ProcKey = tuple[int, int]
+Sink = Callable[[ProcKey | None, Point], None]
+
+DATATYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64",
+             "bfloat16", "float8e4m3", "float8e5m2")
+DATATYPE_BYTES = (1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1)
+REDUCE_OPS = ("sum", "prod", "max", "min", "avg")
+MEMCPY_KINDS = ("host_to_host", "host_to_device", "device_to_host", "device_to_device", "default")
+PENDING_TIMEOUT_NS = 10_000_000_000
+"""A collective no sync has waited for after this long is sent without a completion time."""
+SIMPLE_CALLS: dict[FN, str] = {
+    FN.MALLOC: c.M_CUDA_MALLOC,
+    FN.FREE: c.M_CUDA_FREE,
+    FN.MEMCPY: c.M_CUDA_MEMCPY,
+    FN.MEMCPY_ASYNC: c.M_CUDA_MEMCPY,
+}
+
+
+@dataclass
+class Comm:
+    """One communicator as seen by one rank."""
+
+    comm_id: str
+    rank: int | None
+    nranks: int | None
+    aligned: bool
+    parent_id: str | None = None
+    seq: int = 0
+    splits: int = 0
+    p2p: dict[tuple[int, int], int] = field(default_factory=dict)
+
+
+@dataclass
+class Pending:
+    """A collective that returned but whose work no sync has waited for yet."""
+
+    rec: CallRecord
+    chain: str
+    attrs: dict[str, AttrValue]
+    primary: bool
+
+
+@dataclass
+class Proc:
+    info: ProcessInfo
+    comms: dict[int, Comm] = field(default_factory=dict)
+    primary: Comm | None = None
+    unknown_comms: int = 0
+    rank: int | None = None
+    nranks: int | None = None
+    pending: list[Pending] = field(default_factory=list)
+    step_seq: int = 0
+    """Sequence number (on the primary comm) of the step in progress: last completed + 1."""
+    last_completion_ns: int | None = None
+    preempted_ns: int = 0
+    health: StepHealth = field(default_factory=StepHealth)
+    group_depth: dict[int, int] = field(default_factory=dict)
+    launches: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """tid -> (cumulative count, monotonic ns) at the last window."""
+    threads: dict[int, str] = field(default_factory=dict)
+    resource_stale: bool = True
+
+    @property
+    def key(self) -> ProcKey:
+        return self.info.key
+
+    def step_chain(self) -> str | None:
+        if self.primary is None:
+            return None
+        return c.causal_chain_id(self.primary.comm_id, self.step_seq)
+
+
+class Tracker:
+    def __init__(
+        self,
+        node_id: str,
+        clock: ClockConverter,
+        read_proc: Callable[[int], ProcessInfo | None],
+        sink: Sink,
+        thread_name: Callable[[int, int], str] = lambda pid, tid: "",
+        throttled: Callable[[ProcessInfo], bool] = lambda info: False,
+        gpu_resource: Callable[[ProcessInfo], dict[str, AttrValue]] = lambda info: {},
+        pending_timeout_ns: int = PENDING_TIMEOUT_NS,
+    ) -> None:
+        self.node_id = node_id
+        self.clock = clock
+        self._read_proc = read_proc
+        self._thread_name = thread_name
+        self._throttled = throttled
+        self._gpu_resource = gpu_resource
+        self._sink = sink
+        self._pending_timeout = pending_timeout_ns
+        self.procs: dict[int, Proc] = {}
+        self.exited: dict[int, Proc] = {}
+        """Processes whose exit was seen; kept until their last launch counts are read."""
+        self.resources: dict[ProcKey, dict[str, AttrValue]] = {}
+        """Resource attributes of every process a point was emitted for (read when batching)."""
+        self._retired: list[ProcKey] = []
+
+    # --- processes ------------------------------------------------------------------------------
+    def track(self, info: ProcessInfo) -> Proc:
+        """Start (or continue) tracking a process; a new start time under a known pid replaces it."""
+        proc = self.procs.get(info.pid)
+        if proc is not None and proc.info.start_ticks in (info.start_ticks, 0):
+            return proc
+        if proc is not None:
+            self._finish(proc)
+        proc = Proc(info, rank=info.env.rank, nranks=info.env.world_size)
+        self.procs[info.pid] = proc
+        return proc
+
+    def _proc(self, pid: int) -> Proc:
+        proc = self.procs.get(pid)
+        if proc is not None:
+            return proc
+        return self.track(self._read_proc(pid) or ProcessInfo(pid, 0))
+
+    def _resource(self, proc: Proc) -> dict[str, AttrValue]:
+        """Resource attributes of one traced process (rank, nranks, local rank, pid, k8s)."""
+        attrs: dict[str, AttrValue] = {c.PROCESS_PID: proc.info.pid}
+        if proc.info.start_ns:
+            attrs[c.PROCESS_START_NS] = proc.info.start_ns
+        env = proc.info.env
+        for name, value in (
+            (c.RANK, proc.rank),
+            (c.NRANKS, proc.nranks),
+            (c.LOCAL_RANK, env.local_rank),
+            (c.K8S_POD_NAME, env.pod),
+            (c.K8S_NAMESPACE_NAME, env.namespace),
+        ):
+            if value is not None:
+                attrs[name] = value
+        attrs.update(self._gpu_resource(proc.info))
+        return attrs
+
+    # --- records --------------------------------------------------------------------------------
+    def handle(self, rec: Record) -> None:
+        if isinstance(rec, CallRecord):
+            self._call(rec)
+        elif isinstance(rec, InitRecord):
+            self._init(rec)
+        elif isinstance(rec, OffCpuRecord):
+            self._offcpu(rec)
+        elif isinstance(rec, ExitRecord):
+            proc = self.procs.get(rec.pid)
+            if proc is not None:
+                self._finish(proc)
+
+    def _emit(self, proc: Proc | None, metric: str, ts: int, value: float | int,
+              attrs: dict[str, AttrValue], tid: int = 0, chain: str | None = None) -> None:
+        key = proc.key if proc else None
+        if proc is not None and (proc.resource_stale or proc.key not in self.resources):
+            self.resources[proc.key] = self._resource(proc)
+            proc.resource_stale = False
+        if chain is None and proc is not None:
+            chain = proc.step_chain()
+        if chain is not None:
+            attrs[c.CAUSAL_CHAIN_ID] = chain
+        if tid:
+            attrs[c.TID] = tid
+            if proc is not None:
+                name = proc.threads.get(tid)
+                if name is None:
+                    name = proc.threads[tid] = self._thread_name(proc.info.pid, tid)
+                if name:
+                    attrs[c.THREAD_NAME] = name
+        attrs[c.EVENT_ID] = short_hash(self.node_id, key, metric, tid, ts, attrs.get(c.CAUSAL_CHAIN_ID, ""))
+        self._sink(key, Point(metric, self.clock.to_unix(ts), value, attrs))
+
+    def _comm(self, proc: Proc, handle: int) -> Comm:
+        comm = proc.comms.get(handle)
+        if comm is None:
+            # Created before the agent attached: rank from the environment, sequence counted from now.
+            env = proc.info.env
+            comm = Comm(unaligned_comm_id(env.job_key, env.world_size, proc.unknown_comms),
+                        env.rank, env.world_size, aligned=False)
+            proc.unknown_comms += 1
+            proc.comms[handle] = comm
+            if proc.primary is None:
+                proc.primary = comm
+        return comm
+
+    def _init(self, rec: InitRecord) -> None:
+        call = rec.call
+        proc = self._proc(call.pid)
+        comms: list[tuple[int, Comm]] = []
+        parent_id: str | None = None
+        if call.fn in (FN.COMM_INIT_RANK, FN.COMM_INIT_RANK_CONFIG):
+            comms.append((call.a3, Comm(unique_id_hash(rec.payload), call.a2, call.a1, aligned=True)))
+        elif call.fn == FN.COMM_INIT_ALL:
+            # One process drives every device: the handles form one communicator, rank = array index.
+            ndev = min(call.a1, 16)
+            group_id = short_hash("init-all", self.node_id, proc.key)
+            for i in range(ndev):
+                handle = int.from_bytes(rec.payload[8 * i : 8 * i + 8], "little")
+                comms.append((handle, Comm(group_id, i, ndev, aligned=True)))
+        elif call.fn == FN.COMM_SPLIT:
+            parent = self._comm(proc, call.a0)
+            parent_id = parent.comm_id
+            color = call.a1 - (1 << 32) if call.a1 >= 1 << 31 else call.a1
+            child_id = split_child_id(parent.comm_id, parent.splits, color)
+            parent.splits += 1
+            if call.a3 and color >= 0:
+                comms.append((call.a3, Comm(child_id, None, None, parent.aligned, parent_id=parent_id)))
+        for handle, comm in comms:
+            if not handle or call.rc != 0:
+                continue
+            proc.comms[handle] = comm
+            if call.fn in (FN.COMM_INIT_RANK, FN.COMM_INIT_RANK_CONFIG, FN.COMM_INIT_ALL) and (
+                proc.primary is None or not proc.primary.aligned
+            ):
+                proc.primary = comm
+                proc.rank, proc.nranks = comm.rank, comm.nranks
+                proc.resource_stale = True
+                proc.step_seq = 0
+        for handle, comm in comms:
+            attrs: dict[str, AttrValue] = {
+                c.COMM_ID: comm.comm_id, c.CUDA_CALL: SYMBOLS[call.fn],
+                c.ENTER_NS: self.clock.to_unix(call.ts), c.RETURN_NS: self.clock.to_unix(call.ts2),
+            }
+            if comm.rank is not None:
+                attrs[c.COMM_RANK] = comm.rank
+            if comm.nranks is not None:
+                attrs[c.COMM_NRANKS] = comm.nranks
+            if comm.parent_id:
+                attrs[c.PARENT_COMM_ID] = comm.parent_id
+            self._emit(proc, c.M_COMM_INIT, call.ts, (call.ts2 - call.ts) / 1e6, attrs, call.tid,
+                       chain=c.causal_chain_id(comm.comm_id, 0) if handle else None)
+
+    def _call(self, rec: CallRecord) -> None:
+        proc = self._proc(rec.pid)
+        fn = rec.fn
+        if fn in COLLECTIVES or fn in P2P:
+            self._collective(proc, rec)
+        elif fn in SYNCS:
+            self._sync(proc, rec)
+        elif fn == FN.GROUP_START:
+            proc.group_depth[rec.tid] = proc.group_depth.get(rec.tid, 0) + 1
+        elif fn == FN.GROUP_END:
+            proc.group_depth[rec.tid] = max(0, proc.group_depth.get(rec.tid, 0) - 1)
+        elif fn in (FN.COMM_DESTROY, FN.COMM_ABORT):
+            comm = proc.comms.pop(rec.a0, None)
+            attrs: dict[str, AttrValue] = {c.CUDA_CALL: SYMBOLS[fn]}
+            if comm is not None:
+                attrs[c.COMM_ID] = comm.comm_id
+                attrs[c.SEQ] = comm.seq
+            self._emit(proc, c.M_COMM_DESTROY, rec.ts, (rec.ts2 - rec.ts) / 1e6, attrs, rec.tid)
+        elif fn in SIMPLE_CALLS:
+            attrs = {c.CUDA_CALL: SYMBOLS[fn], c.ENTER_NS: self.clock.to_unix(rec.ts),
+                     c.RETURN_NS: self.clock.to_unix(rec.ts2)}
+            if fn != FN.FREE:
+                attrs[c.BYTES] = rec.a2
+            if fn in (FN.MEMCPY, FN.MEMCPY_ASYNC):
+                attrs[c.MEMCPY_KIND] = MEMCPY_KINDS[rec.a3] if rec.a3 < len(MEMCPY_KINDS) else str(rec.a3)
+            if fn == FN.MEMCPY_ASYNC:
+                attrs[c.STREAM] = rec.a1
+            self._emit(proc, SIMPLE_CALLS[fn], rec.ts, (rec.ts2 - rec.ts) / 1e6, attrs, rec.tid)
+
+    def _collective(self, proc: Proc, rec: CallRecord) -> None:
+        comm = self._comm(proc, rec.a0)
+        dtype, op, peer = unpack_collective(rec.a3)
+        attrs: dict[str, AttrValue] = {
+            c.OP: SYMBOLS[rec.fn], c.COMM_ID: comm.comm_id, c.SEQ_ALIGNED: comm.aligned, c.COUNT: rec.a2,
+            c.DATATYPE: DATATYPES[dtype] if dtype < len(DATATYPES) else str(dtype), c.STREAM: rec.a1,
+            c.ENTER_NS: self.clock.to_unix(rec.ts), c.RETURN_NS: self.clock.to_unix(rec.ts2),
+        }
+        if dtype < len(DATATYPE_BYTES):
+            attrs[c.BYTES] = rec.a2 * DATATYPE_BYTES[dtype]
+        if comm.rank is not None:
+            attrs[c.COMM_RANK] = comm.rank
+        if comm.nranks is not None:
+            attrs[c.COMM_NRANKS] = comm.nranks
+        if proc.group_depth.get(rec.tid, 0) > 0:
+            attrs[c.IN_GROUP] = True
+        if rec.fn in P2P:
+            # Each ordered (sender, receiver) pair has its own sequence, equal on both ends.
+            me = comm.rank if comm.rank is not None else -1
+            pair = (me, peer) if rec.fn == FN.SEND else (peer, me)
+            n = comm.p2p.get(pair, 0)
+            comm.p2p[pair] = n + 1
+            attrs[c.PEER] = peer
+            attrs[c.SEQ] = n
+            chain = c.causal_chain_id(f"{comm.comm_id}.{pair[0]}>{pair[1]}", n)
+            primary = False
+        else:
+            if rec.fn in (FN.BROADCAST, FN.BCAST, FN.REDUCE):
+                attrs[c.PEER] = peer
+            if rec.fn in (FN.ALL_REDUCE, FN.REDUCE_SCATTER, FN.REDUCE) and op < len(REDUCE_OPS):
+                attrs[c.REDUCE_OP] = REDUCE_OPS[op]
+            attrs[c.SEQ] = comm.seq
+            chain = c.causal_chain_id(comm.comm_id, comm.seq)
+            comm.seq += 1
+            primary = comm is proc.primary
+        proc.pending.append(Pending(rec, chain, attrs, primary))
+
+    def _sync(self, proc: Proc, rec: CallRecord) -> None:
+        stream = rec.a1
+        attrs: dict[str, AttrValue] = {c.CUDA_CALL: SYMBOLS[rec.fn], c.ENTER_NS: self.clock.to_unix(rec.ts),
+                                       c.RETURN_NS: self.clock.to_unix(rec.ts2)}
+        if rec.fn == FN.STREAM_SYNC:
+            attrs[c.STREAM] = stream
+        self._emit(proc, c.M_CUDA_SYNC, rec.ts, (rec.ts2 - rec.ts) / 1e6, attrs, rec.tid)
+        # A stream sync waits for that stream (stream 0, the legacy default stream, for all blocking
+        # streams); device and event syncs are taken to wait for everything the process enqueued.
+        done = [p for p in proc.pending
+                if p.rec.ts2 <= rec.ts2 and (rec.fn != FN.STREAM_SYNC or stream == 0 or p.rec.a1 == stream)]
+        if done:
+            proc.pending = [p for p in proc.pending if p not in done]
+            for p in done:
+                self._complete(proc, p, rec.ts2)
+
+    def _complete(self, proc: Proc, p: Pending, complete_ns: int | None) -> None:
+        rec = p.rec
+        attrs = dict(p.attrs)
+        end = rec.ts2
+        if complete_ns is not None:
+            attrs[c.COMPLETE_NS] = self.clock.to_unix(complete_ns)
+            end = complete_ns
+        self._emit(proc, c.M_COLLECTIVE, rec.ts, (end - rec.ts) / 1e6, attrs, rec.tid, chain=p.chain)
+        if p.primary and complete_ns is not None:
+            self._step_done(proc, p, complete_ns)
+
+    def _step_done(self, proc: Proc, p: Pending, complete_ns: int) -> None:
+        """The primary collective of a step completed: score the step, then start the next one."""
+        seq = int(p.attrs[c.SEQ])
+        if proc.last_completion_ns is not None:
+            compute = max(0, p.rec.ts - proc.last_completion_ns)
+            s = proc.health.step(compute, proc.preempted_ns, self._throttled(proc.info))
+            attrs: dict[str, AttrValue] = {c.HEALTH_COMPUTE_MS: s.compute_ns / 1e6,
+                                           c.HEALTH_BASELINE_MS: s.baseline_ns / 1e6}
+            self._emit(proc, c.M_HEALTH, complete_ns, s.score, attrs, chain=p.chain)
+        proc.last_completion_ns = complete_ns
+        proc.preempted_ns = 0
+        proc.step_seq = seq + 1
+
+    def _offcpu(self, rec: OffCpuRecord) -> None:
+        proc = self._proc(rec.pid)
+        attrs: dict[str, AttrValue] = {c.OFFCPU_STATE: "sleeping" if rec.sleeping else "preempted",
+                                       c.CALL_IN_FLIGHT: SYMBOLS.get(rec.call, "")}
+        if rec.ts_wake:
+            attrs[c.RUNQ_MS] = max(0, rec.ts_in - rec.ts_wake) / 1e6
+        if not rec.sleeping:
+            proc.preempted_ns += rec.ts_in - rec.ts_out
+        self._emit(proc, c.M_OFFCPU, rec.ts_out, (rec.ts_in - rec.ts_out) / 1e6, attrs, rec.tid)
+
+    # --- periodic -------------------------------------------------------------------------------
+    def launch_counts(self, counts: Mapping[int, tuple[int, int]], now_ns: int) -> None:
+        """Cumulative cudaLaunchKernel counts per thread (tid -> (pid, count)) read from BPF."""
+        for tid, (pid, n) in counts.items():
+            proc = self.procs.get(pid) or self.exited.get(pid)
+            if proc is None:
+                proc = self._proc(pid)
+            last_n, last_ts = proc.launches.get(tid, (0, 0))
+            delta = n - last_n if n >= last_n else n  # a smaller count: the map entry was recycled
+            proc.launches[tid] = (n, now_ns)
+            if delta <= 0:
+                continue
+            attrs: dict[str, AttrValue] = {c.CUDA_CALL: SYMBOLS[FN.LAUNCH_KERNEL]}
+            if last_ts:
+                attrs[c.WINDOW_NS] = now_ns - last_ts
+            self._emit(proc, c.M_KERNEL_LAUNCHES, now_ns, delta, attrs, tid)
+
+    def sweep(self, now_ns: int) -> list[int]:
+        """Send collectives no sync waited for within the timeout; return pids safe to forget in BPF."""
+        for proc in self.procs.values():
+            stale = [p for p in proc.pending if now_ns - p.rec.ts2 > self._pending_timeout]
+            if stale:
+                proc.pending = [p for p in proc.pending if p not in stale]
+                for p in stale:
+                    self._complete(proc, p, None)
+        gone = list(self.exited)
+        for key in self._retired:
+            self.resources.pop(key, None)
+        self._retired = [p.key for p in self.exited.values()]
+        self.exited.clear()
+        return gone
+
+    def _finish(self, proc: Proc) -> None:
+        for p in proc.pending:
+            self._complete(proc, p, None)
+        proc.pending.clear()
+        if self.procs.get(proc.info.pid) is proc:
+            del self.procs[proc.info.pid]
+        self.exited[proc.info.pid] = proc
+
+    def close(self) -> None:
+        for proc in list(self.procs.values()):
+            for p in proc.pending:
+                self._complete(proc, p, None)
+            proc.pending.clear()
