@@ -57,6 +57,7 @@ def register(subparsers: Any) -> None:
         default=60.0,
         help="seconds one batch may keep failing before it counts as failed",
     )
+    p.add_argument("--duration", type=float, help="stop starting new batches after this many seconds")
     p.add_argument("--ack-log", help="append one JSON line per acknowledged batch to this file")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(handler=_handle)
@@ -96,6 +97,7 @@ def _handle(args: argparse.Namespace) -> int:
         retry=RetryPolicy(deadline_s=args.retry_deadline),
         ack_log=Path(args.ack_log) if args.ack_log else None,
         progress=None if args.quiet else sys.stderr,
+        duration_s=args.duration,
     )
     if token is None and not args.quiet:
         print(

@@ -100,19 +100,6 @@ def query_cli(db: Path, sql: str, timeout_s: float = 60.0) -> list[dict[str, Any
 
 
 def parse_query_json(text: str) -> list[dict[str, Any]]:
-    """Accept a JSON array of row objects, an object holding one under ``rows`` (with ``columns``
-    when rows are lists), or one JSON object per line."""
-    text = text.strip()
-    if not text:
-        return []
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    if isinstance(doc, dict) and "rows" in doc:
-        rows, columns = doc["rows"], doc.get("columns")
-        if rows and isinstance(rows[0], list) and columns:
-            names = [c["name"] if isinstance(c, dict) else c for c in columns]
-            return [dict(zip(names, r, strict=True)) for r in rows]
-        return list(rows)
-    return list(doc) if isinstance(doc, list) else [doc]
+    """``rankecho query --json`` output (``{"columns": [...], "rows": [[...]], ...}``) as row dicts."""
+    doc = json.loads(text)
+    return [dict(zip(doc["columns"], row, strict=True)) for row in doc["rows"]]

@@ -21,6 +21,7 @@ Usage::
 
 from __future__ import annotations
 
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -71,6 +72,11 @@ class StressPlan:
             raise ValueError("cluster_id and node_id must be non-empty")
 
     @property
+    def _phase(self) -> float:
+        """A per-stream offset so different nodes' health values differ (stable: crc32 of the names)."""
+        return zlib.crc32(f"{self.cluster_id}/{self.node_id}".encode()) / 2**32
+
+    @property
     def total(self) -> int:
         return self.producers * self.events_per_producer
 
@@ -91,7 +97,7 @@ class StressPlan:
         """The ``index``-th event of the stream (pure: no clock, no randomness)."""
         producer, local = divmod(index, self.events_per_producer)
         node = self.producer_node(producer)
-        frac = (index * _GOLDEN) % 1.0
+        frac = (index * _GOLDEN + self._phase) % 1.0
         straggler = self.is_straggler(index)
         health = 0.10 + 0.25 * frac if straggler else 0.55 + 0.45 * frac
         chain = (

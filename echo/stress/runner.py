@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
 
+from echo.stress import encode
 from echo.stress.planting import StressEvent, StressPlan
 from echo.stress.retry import RetryPolicy, retry_delay
 from echo.stress.senders import Outcome, Sender, Target, make_sender
@@ -41,6 +42,8 @@ class StressConfig:
     ack_log: Path | None = None
     progress: IO[str] | None = None
     """Where progress lines go (stderr in the CLI); None is silent."""
+    duration_s: float | None = None
+    """Stop starting new batches after this long (the benchmark's time-bounded runs)."""
 
 
 @dataclass(frozen=True)
@@ -90,10 +93,45 @@ class _Tally:
                 self.errors.append(message)
 
 
-def batches(plan: StressPlan, producer: int, size: int) -> list[list[StressEvent]]:
-    """The producer's events in send order, ``size`` per batch (the last one may be shorter)."""
-    indices = plan.producer_range(producer)
-    return [[plan.event(i) for i in indices[k : k + size]] for k in range(0, len(indices), size)]
+@dataclass(frozen=True)
+class Batch:
+    """One Export RPC's worth of a producer's block: stream indices ``first .. first+count-1``, with
+    the request prebuilt (raw client) or None (encoded when sent)."""
+
+    producer: int
+    first: int
+    count: int
+    payload: object | None = None
+
+    def events(self, plan: StressPlan) -> list[StressEvent]:
+        return [plan.event(i) for i in range(self.first, self.first + self.count)]
+
+
+def batch_size(cfg: StressConfig) -> int:
+    """``cfg.batch``, capped under ``--rate`` so each producer sends >= ~10 batches/s (smooth pacing)."""
+    size = max(1, cfg.batch)
+    if cfg.rate:
+        size = max(1, min(size, int(cfg.rate / cfg.plan.producers / 10)))
+    return size
+
+
+def prepare(cfg: StressConfig) -> list[list[Batch]]:
+    """Every producer's batches in send order; raw requests are encoded here, before any clock starts,
+    and may be reused by several runs (each into a fresh store)."""
+    size, plan = batch_size(cfg), cfg.plan
+    work = []
+    for p in range(plan.producers):
+        block = plan.producer_range(p)
+        batches = [
+            Batch(p, first, min(size, block.stop - first)) for first in range(block.start, block.stop, size)
+        ]
+        if cfg.client == "raw":
+            batches = [
+                Batch(b.producer, b.first, b.count, encode.raw_request(plan, p, b.events(plan)))
+                for b in batches
+            ]
+        work.append(batches)
+    return work
 
 
 def deliver(
@@ -119,102 +157,95 @@ def deliver(
             return outcome
 
 
-def _producer(
-    cfg: StressConfig,
-    producer: int,
-    work: Sequence[tuple[list[StressEvent], object | None]],
-    sender: Sender,
-    tally: _Tally,
-    start: threading.Event,
-    stop: threading.Event,
-    t0: list[float],
-) -> None:
-    per_producer_rate = cfg.rate / cfg.plan.producers if cfg.rate else None
-    node = cfg.plan.producer_node(producer)
-    start.wait()
-    sent_here = 0
-    for events, prebuilt in work:
-        if stop.is_set():
-            break
-        if per_producer_rate:
-            due = t0[0] + sent_here / per_producer_rate
-            if (wait := due - time.monotonic()) > 0 and stop.wait(wait):
+@dataclass
+class _Run:
+    """State the producer threads share for one run."""
+
+    cfg: StressConfig
+    tally: _Tally
+    start: threading.Event = field(default_factory=threading.Event)
+    stop: threading.Event = field(default_factory=threading.Event)
+    """Set on Ctrl-C: abandon retries and unsent batches."""
+    t0: float = 0.0
+
+    def expired(self) -> bool:
+        return self.cfg.duration_s is not None and time.monotonic() - self.t0 >= self.cfg.duration_s
+
+    def produce(self, producer: int, batches: Sequence[Batch], sender: Sender) -> None:
+        cfg, tally = self.cfg, self.tally
+        per_producer_rate = cfg.rate / cfg.plan.producers if cfg.rate else None
+        node = cfg.plan.producer_node(producer)
+        self.start.wait()
+        sent_here = 0
+        for batch in batches:
+            if self.stop.is_set() or self.expired():
                 break
-        payload = prebuilt if prebuilt is not None else sender.encode(cfg.plan, producer, events)
-        tally.add(sent=len(events))
-        sent_here += len(events)
-        outcome = deliver(sender, payload, cfg.retry, stop, lambda o: tally.add(retries=1))
-        if outcome.ok:
-            tally.acknowledged(node, events[0].position, len(events), outcome.rejected)
-            if outcome.rejected:
-                tally.error(f"{node}: Echo rejected {outcome.rejected} points: {outcome.message}")
-        else:
-            tally.add(failed=len(events))
-            code = outcome.code.name if outcome.code else "unknown"
-            tally.error(f"{node}: batch at {events[0].position} failed ({code}): {outcome.message}")
+            if per_producer_rate:
+                due = self.t0 + sent_here / per_producer_rate
+                if (wait := due - time.monotonic()) > 0 and self.stop.wait(wait):
+                    break
+            payload = batch.payload
+            if payload is None:
+                payload = sender.encode(cfg.plan, producer, batch.events(cfg.plan))
+            tally.add(sent=batch.count)
+            sent_here += batch.count
+            outcome = deliver(sender, payload, cfg.retry, self.stop, lambda o: tally.add(retries=1))
+            if outcome.ok:
+                tally.acknowledged(node, batch.first, batch.count, outcome.rejected)
+                if outcome.rejected:
+                    tally.error(f"{node}: Echo rejected {outcome.rejected} points: {outcome.message}")
+            else:
+                tally.add(failed=batch.count)
+                code = outcome.code.name if outcome.code else "unknown"
+                tally.error(f"{node}: batch at {batch.first} failed ({code}): {outcome.message}")
+
+    def report_progress(self, done: threading.Event) -> None:
+        out = self.cfg.progress
+        while out is not None and not done.wait(1.0):
+            elapsed = time.monotonic() - self.t0
+            with self.tally.lock:
+                acked, failed, retries = self.tally.acked, self.tally.failed, self.tally.retries
+            print(
+                f"stress: {acked}/{self.cfg.plan.total} acked, {failed} failed, {retries} retries, "
+                f"{acked / max(elapsed, 1e-9):,.0f} eps",
+                file=out,
+                flush=True,
+            )
 
 
-def _progress(cfg: StressConfig, tally: _Tally, done: threading.Event, t0: list[float]) -> None:
-    out = cfg.progress
-    while out is not None and not done.wait(1.0):
-        elapsed = time.monotonic() - t0[0]
-        with tally.lock:
-            acked, failed, retries = tally.acked, tally.failed, tally.retries
-        print(
-            f"stress: {acked}/{cfg.plan.total} acked, {failed} failed, {retries} retries, "
-            f"{acked / max(elapsed, 1e-9):,.0f} eps",
-            file=out,
-            flush=True,
-        )
-
-
-def run(cfg: StressConfig) -> StressResult:
-    """Send the whole plan and return the tally. Raw payloads are encoded before the clock starts."""
-    size = max(1, cfg.batch)
-    if cfg.rate:  # keep each producer to >= ~10 sends per second so pacing stays smooth
-        size = max(1, min(size, int(cfg.rate / cfg.plan.producers / 10)))
+def run(cfg: StressConfig, work: list[list[Batch]] | None = None) -> StressResult:
+    """Send the plan (or ``work`` from :func:`prepare`) and return the tally. The clock starts after
+    encoding, when every producer thread is ready."""
+    work = prepare(cfg) if work is None else work
     senders = [make_sender(cfg.client, cfg.target) for _ in range(cfg.plan.producers)]
-    work = []
-    for p, sender in enumerate(senders):
-        chunks = batches(cfg.plan, p, size)
-        prebuild = cfg.client == "raw"
-        work.append([(c, sender.encode(cfg.plan, p, c) if prebuild else None) for c in chunks])
     ack_file = cfg.ack_log.open("a") if cfg.ack_log else None
-    tally, start, stop, done, t0 = (
-        _Tally(ack_file),
-        threading.Event(),
-        threading.Event(),
-        threading.Event(),
-        [0.0],
-    )
+    state, done = _Run(cfg, _Tally(ack_file)), threading.Event()
     threads = [
         threading.Thread(
-            target=_producer,
-            args=(cfg, p, work[p], senders[p], tally, start, stop, t0),
-            name=f"producer-{p}",
-            daemon=True,
+            target=state.produce, args=(p, work[p], senders[p]), name=f"producer-{p}", daemon=True
         )
         for p in range(cfg.plan.producers)
     ]
     for t in threads:
         t.start()
-    reporter = threading.Thread(target=_progress, args=(cfg, tally, done, t0), daemon=True)
-    t0[0] = time.monotonic()
-    start.set()
+    reporter = threading.Thread(target=state.report_progress, args=(done,), daemon=True)
+    state.t0 = time.monotonic()
+    state.start.set()
     reporter.start()
     try:
         for t in threads:
             t.join()
     except KeyboardInterrupt:
-        stop.set()
+        state.stop.set()
         for t in threads:
             t.join()
-    elapsed = time.monotonic() - t0[0]
+    elapsed = time.monotonic() - state.t0
     done.set()
     for sender in senders:
         sender.close()
     if ack_file:
         ack_file.close()
+    tally = state.tally
     if cfg.progress is not None:
         for message in tally.errors:
             print(f"stress: {message}", file=cfg.progress)
