@@ -25,6 +25,7 @@ import duckdb
 import grpc
 
 from echo import ops
+from echo.guard.instance import seal
 from echo.ingest.auth import TokenCheck
 from echo.ingest.grpc_server import start_grpc
 from echo.ingest.http_server import OpsRoute, start_http
@@ -60,11 +61,9 @@ def connect_address(host: str, port: int) -> str:
 def open_store(db_path: Path, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) and migrate the store; the caller must hold its :class:`StoreLock`."""
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    config: dict[str, str | bool | int | float | list[str]] = {}
-    if memory_limit:
-        config["memory_limit"] = memory_limit
-    con = duckdb.connect(str(db_path), config=config)
+    con = duckdb.connect(str(db_path))
     version = migrate(con)
+    seal(con, memory_limit)  # no files/URLs/extensions, settings locked, from here on
     log.info("store %s at schema v%d", db_path, version)
     return con
 

@@ -1,8 +1,9 @@
 """The one place that decides whether SQL may run on the read API.
 
-:func:`check_read_only` accepts exactly one SELECT statement. It is the store-side gate that every read
-goes through (MCP tools, ``rankecho query``); the read transaction is additionally opened READ ONLY, so
-anything that slipped past this check still cannot write.
+:func:`check_read_only` accepts exactly one guarded read-only SELECT (see :mod:`echo.guard`).
+It is the store-side gate that every read goes through (MCP tools, ``rankecho query``); the read
+transaction is additionally opened READ ONLY, so anything that slipped past this check still cannot
+write.
 
 Usage::
 
@@ -11,7 +12,7 @@ Usage::
 
 from __future__ import annotations
 
-import duckdb
+from echo.guard import Refused, check_sql
 
 
 class ReadOnlyViolation(ValueError):
@@ -19,19 +20,12 @@ class ReadOnlyViolation(ValueError):
 
 
 def check_read_only(sql: str) -> str:
-    """Return the single statement's text, or raise :class:`ReadOnlyViolation`."""
+    """Return the statement to run, or raise :class:`ReadOnlyViolation` with what is allowed.
+
+    The decision is :func:`echo.guard.check_sql` (lexical pre-check, DuckDB's parser, AST allowlists),
+    the same guard the MCP boundary applies, so the two layers cannot drift.
+    """
     try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise ReadOnlyViolation(f"SQL does not parse: {exc}") from None
-    if len(statements) != 1:
-        raise ReadOnlyViolation(
-            f"send exactly one statement (got {len(statements)}); drop the extra ';' parts"
-        )
-    statement = statements[0]
-    if statement.type != duckdb.StatementType.SELECT:
-        kind = statement.type.name
-        raise ReadOnlyViolation(
-            f"only SELECT queries may run here (got {kind}); the store is read-only to queries"
-        )
-    return statement.query
+        return check_sql(sql)
+    except Refused as refused:
+        raise ReadOnlyViolation(str(refused)) from None

@@ -1,0 +1,45 @@
+"""The guard's single entry point: lexical pre-check, then DuckDB's parser and the AST allowlist.
+
+Both the MCP boundary and the store's read path call :func:`check_sql`, so the two cannot drift.
+
+Usage::
+
+    text = check_sql("SELECT node_id, count(*) FROM events GROUP BY node_id")
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+from echo.guard.lexical import check_lexical
+from echo.guard.parsed import check_parsed
+from echo.guard.policy import Policy
+from echo.guard.refusal import Refused
+
+MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+_DDL_NAME = re.compile(
+    r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TABLE|VIEW)\s+(?:IF\s+NOT\s+EXISTS\s+)?(?:main\.)?\"?(\w+)\"?",
+    re.IGNORECASE,
+)
+
+
+@functools.cache
+def project_policy() -> Policy:
+    """Tables and views created by the project's own migrations (``echo/migrations/*.sql``)."""
+    names: set[str] = set()
+    for path in sorted(MIGRATIONS.glob("*.sql")):
+        names.update(_DDL_NAME.findall(path.read_text(encoding="utf-8")))
+    return Policy.for_relations(names)
+
+
+def check_sql(sql: str, policy: Policy | None = None) -> str:
+    """Return the normalised statement if it may run, else raise :class:`Refused` with what is allowed."""
+    policy = policy or project_policy()
+    try:
+        text = check_lexical(sql)
+        check_parsed(text, policy)
+    except Refused as refused:
+        raise Refused(refused.reason, policy.allowed_text()) from None
+    return text

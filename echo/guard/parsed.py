@@ -1,0 +1,173 @@
+"""Parser-level check: DuckDB parses the query, and every node of its AST must be on an allowlist.
+
+DuckDB's own parser decides what the text means (``duckdb.extract_statements`` for the statement
+count and type, ``json_serialize_sql`` for the tree), so no spelling trick can make this layer see a
+different query than the executor will. The walk visits every dict in the serialised tree: query
+nodes, table references, modifiers and expressions alike, inside subqueries, CTEs, LATERAL joins and
+set operations; any kind of node not listed here is refused, so a construct added by a future DuckDB
+release is refused until someone reviews it.
+
+Usage::
+
+    check_parsed("SELECT node_id FROM events", Policy.for_relations(["events"]))
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import duckdb
+
+from echo.guard.policy import IDENTIFIER, Policy
+from echo.guard.refusal import Refused
+
+QUERY_NODES = frozenset({"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE"})
+TABLE_REFS = frozenset(
+    {"BASE_TABLE", "JOIN", "SUBQUERY", "TABLE_FUNCTION", "EMPTY", "EXPRESSION_LIST", "PIVOT"}
+)
+MODIFIERS = frozenset(
+    {"ORDER_MODIFIER", "LIMIT_MODIFIER", "LIMIT_PERCENT_MODIFIER", "DISTINCT_MODIFIER"}
+)
+ORDER_KINDS = frozenset({"ORDER_DEFAULT", "ASCENDING", "DESCENDING"})
+TYPE_INFO_KINDS = frozenset(
+    {
+        "DECIMAL_TYPE_INFO", "STRING_TYPE_INFO", "LIST_TYPE_INFO", "STRUCT_TYPE_INFO", "ENUM_TYPE_INFO",
+        "ARRAY_TYPE_INFO", "GENERIC_TYPE_INFO", "INTEGER_LITERAL_TYPE_INFO", "UNBOUND_TYPE_INFO",
+    }
+)
+NODE_KINDS = QUERY_NODES | TABLE_REFS | MODIFIERS | ORDER_KINDS | TYPE_INFO_KINDS
+EXPRESSION_CLASSES = frozenset(
+    {
+        "BETWEEN", "CASE", "CAST", "COLLATE", "COLUMN_REF", "COMPARISON", "CONJUNCTION", "CONSTANT",
+        "FUNCTION", "LAMBDA", "LAMBDA_REF", "OPERATOR", "PARAMETER", "POSITIONAL_REFERENCE", "STAR",
+        "SUBQUERY", "WINDOW", "TYPE",
+    }
+)
+
+_local = threading.local()
+
+
+def _parser() -> duckdb.DuckDBPyConnection:
+    """A private in-memory instance per thread, used only to run ``json_serialize_sql``."""
+    con = getattr(_local, "con", None)
+    if con is None:
+        con = duckdb.connect(":memory:", config={"enable_external_access": False})
+        _local.con = con
+    return con
+
+
+def serialize(sql: str) -> dict[str, Any]:
+    """DuckDB's AST for one SELECT, as JSON; refuses anything DuckDB will not serialise."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise Refused(f"DuckDB cannot parse the query ({_first_line(exc)})") from None
+    if len(statements) != 1:
+        raise Refused(f"exactly one statement is allowed, got {len(statements)}")
+    if statements[0].type != duckdb.StatementType.SELECT:
+        raise Refused(f"only SELECT statements are allowed, got {statements[0].type.name}")
+    raw = _parser().execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+    try:
+        tree = json.loads(raw[0]) if raw else None
+    except (ValueError, RecursionError):
+        raise Refused("the query is too deeply nested") from None
+    if not isinstance(tree, dict) or tree.get("error") or len(tree.get("statements", ())) != 1:
+        reason = tree.get("error_message", "not a plain SELECT") if isinstance(tree, dict) else "unknown"
+        raise Refused(f"only plain SELECT queries are allowed ({str(reason)[:120]})")
+    return tree
+
+
+def check_parsed(sql: str, policy: Policy) -> None:
+    """Raise :class:`Refused` unless every node of the query's AST is allowed by ``policy``."""
+    tree = serialize(sql)
+    try:
+        _walk(tree["statements"][0], policy, frozenset())
+    except RecursionError:
+        raise Refused("the query is too deeply nested") from None
+
+
+def _walk(node: Any, policy: Policy, ctes: frozenset[str]) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _walk(item, policy, ctes)
+        return
+    if not isinstance(node, Mapping):
+        return
+    ctes = ctes | _ctes_defined(node)
+    if "class" in node:
+        _check_expression(node, policy)
+    else:
+        kind = node.get("type")
+        if isinstance(kind, str):
+            if kind not in NODE_KINDS:
+                raise Refused(f"{kind.replace('_', ' ').lower()} is not allowed")
+            if kind == "BASE_TABLE":
+                _check_table(node, policy, ctes)
+            elif kind == "TABLE_FUNCTION":
+                _check_table_function(node, policy, ctes)
+                return
+    for key, value in node.items():
+        if isinstance(value, (Mapping, list)) and key != "qualified_name":
+            _walk(value, policy, ctes)
+
+
+def _ctes_defined(node: Mapping[str, Any]) -> frozenset[str]:
+    names: set[str] = set()
+    cte_map = node.get("cte_map")
+    if isinstance(cte_map, Mapping):
+        names.update(str(e.get("key", "")).lower() for e in cte_map.get("map", ()) if isinstance(e, Mapping))
+    if node.get("type") == "RECURSIVE_CTE_NODE":
+        names.add(str(node.get("ctename", "")).lower())
+    return frozenset(n for n in names if IDENTIFIER.match(n))
+
+
+def _check_expression(node: Mapping[str, Any], policy: Policy) -> None:
+    cls = node.get("class")
+    if cls not in EXPRESSION_CLASSES:
+        raise Refused(f"{str(cls).lower()} expressions are not allowed")
+    if cls in {"FUNCTION", "WINDOW"}:
+        name = str(node.get("function_name", ""))
+        if node.get("schema") or node.get("catalog"):
+            raise Refused(f"qualified function names are not allowed ({_safe(name)})")
+        if not policy.allows_function(name):
+            raise Refused(f"function {_safe(name)} is not allowed")
+
+
+def _check_table(node: Mapping[str, Any], policy: Policy, ctes: frozenset[str]) -> None:
+    name = str(node.get("table_name", ""))
+    if node.get("catalog_name") or node.get("schema_name") not in ("", "main"):
+        raise Refused("only the main schema of this database can be read")
+    if node.get("at_clause"):
+        raise Refused("time-travel (AT ...) clauses are not allowed")
+    if not IDENTIFIER.match(name):
+        raise Refused(f"table name {_safe(name)} is not allowed (files and URLs cannot be read)")
+    if not (policy.allows_relation(name) or name.lower() in ctes):
+        raise Refused(f"unknown table {_safe(name)}")
+
+
+def _check_table_function(node: Mapping[str, Any], policy: Policy, ctes: frozenset[str]) -> None:
+    function = node.get("function")
+    if not isinstance(function, Mapping) or function.get("class") != "FUNCTION":
+        raise Refused("this kind of table function call is not allowed")
+    name = str(function.get("function_name", ""))
+    if function.get("schema") or function.get("catalog") or not policy.allows_table_function(name):
+        raise Refused(f"table function {_safe(name)} is not allowed")
+    for key, value in function.items():
+        if isinstance(value, (Mapping, list)) and key != "qualified_name":
+            _walk(value, policy, ctes)
+    for key, value in node.items():
+        if key != "function" and isinstance(value, (Mapping, list)):
+            _walk(value, policy, ctes)
+
+
+def _safe(name: str) -> str:
+    """A caller-supplied name, shortened and reduced to printable ASCII, for a refusal message."""
+    cleaned = "".join(ch if ch.isascii() and ch.isprintable() else "?" for ch in name[:60])
+    return f"'{cleaned}'"
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__

@@ -1,0 +1,103 @@
+"""What the guard lets through: relations, table functions and scalar functions, as allowlists.
+
+Scalar/aggregate/window functions are allowed only when DuckDB itself ships them (looked up once in a
+private in-memory instance) and they are not on the deny list below, so a macro or UDF that somebody
+registers later is refused until it is reviewed here.
+
+Usage::
+
+    policy = Policy.for_relations(["events"])
+    policy.allows_function("quantile_cont")  # True
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import duckdb
+
+from echo.guard.refusal import ALLOWED
+
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+DEFAULT_TABLE_FUNCTIONS: frozenset[str] = frozenset(
+    {"range", "generate_series", "unnest", "json_each", "json_tree"}
+)
+"""Table functions that only expand their arguments; none of them reaches a file or the catalog."""
+
+DENIED_FUNCTIONS: frozenset[str] = frozenset(
+    {
+        "getenv", "current_setting", "getvariable", "current_database", "current_catalog",
+        "current_schema", "current_schemas", "current_query", "current_user", "session_user",
+        "user_agent", "platform", "nextval", "currval", "setval", "lastval", "txid_current",
+        "in_search_path", "sleep_ms", "write_log", "query", "query_table", "glob", "which_secret",
+        "checkpoint", "force_checkpoint", "truncate_duckdb_logs", "sql_auto_complete",
+        "json_execute_serialized_sql", "json_serialize_sql", "json_deserialize_sql", "json_serialize_plan",
+        "current_role", "current_connection_id", "current_query_id", "current_transaction_id",
+        "parse_duckdb_log_message", "version", "stats", "to_aggregate_state",
+    }
+)
+DENIED_PREFIXES: tuple[str, ...] = (
+    "read_", "sniff_", "duckdb_", "pragma_", "parquet_", "pg_", "has_", "enable_", "disable_",
+    "create_", "register_", "deregister_", "destroy_", "python_", "arrow_", "pandas_", "icu_",
+    "__internal", "json_copy_",
+)
+
+
+@functools.cache
+def builtin_functions() -> frozenset[str]:
+    """Names of DuckDB's own scalar, aggregate, window and macro functions (not table functions)."""
+    with duckdb.connect(":memory:") as con:
+        rows = con.execute(
+            "SELECT DISTINCT lower(function_name) FROM duckdb_functions() "
+            "WHERE internal AND function_type IN ('scalar', 'aggregate', 'window', 'macro')"
+        ).fetchall()
+    return frozenset(r[0] for r in rows)
+
+
+def is_denied(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in DENIED_FUNCTIONS or lowered.startswith(DENIED_PREFIXES)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Allowlists for one database. ``relations`` are lower-case table/view names in schema ``main``."""
+
+    relations: frozenset[str]
+    table_functions: frozenset[str] = DEFAULT_TABLE_FUNCTIONS
+
+    @classmethod
+    def for_relations(cls, names: Iterable[str]) -> Policy:
+        cleaned = {n.lower() for n in names}
+        bad = sorted(n for n in cleaned if not IDENTIFIER.match(n))
+        if bad:
+            raise ValueError(f"relation names must be plain identifiers, got {bad}")
+        return cls(relations=frozenset(cleaned))
+
+    @classmethod
+    def from_catalog(cls, con: duckdb.DuckDBPyConnection) -> Policy:
+        """Every table and view in schema ``main`` of an open database (read by us, never by a caller)."""
+        rows = con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
+        ).fetchall()
+        return cls.for_relations(r[0] for r in rows if IDENTIFIER.match(r[0]))
+
+    def allows_relation(self, name: str) -> bool:
+        return name.lower() in self.relations
+
+    def allows_table_function(self, name: str) -> bool:
+        return name.lower() in self.table_functions
+
+    def allows_function(self, name: str) -> bool:
+        return not is_denied(name) and name.lower() in builtin_functions()
+
+    def allowed_text(self) -> str:
+        """The sentence every refusal ends with."""
+        return ALLOWED.format(
+            relations=", ".join(sorted(self.relations)) or "(none)",
+            table_functions=", ".join(sorted(self.table_functions)),
+        )
