@@ -50,6 +50,8 @@ def decode_logs(req: ExportLogsServiceRequest, resolver: AttrResolver, batch: Ro
         if not batch.check_timestamp(ts, "log record"):
             continue
         name, vd, vi, extra = _log_fields(record)
-        resolved = resolver.resolve(origin.resource_key, origin.resource, pairs(record.attributes) + extra)
-        event_id = resolved.event_id or content_id(origin.prefix, record.SerializeToString())
+        resolved, event_id = resolver.resolve(
+            origin.resource_key, origin.resource, pairs(record.attributes) + extra
+        )
+        event_id = event_id or content_id(origin.prefix, record.SerializeToString())
         batch.add(resolved, event_id, ts, SIGNAL, name, vd, vi)

@@ -14,24 +14,14 @@ from typing import Any
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 from echo.ingest import keys as c
-from echo.ingest.rows import AttrResolver, RowBatch, content_id
-from echo.ingest.values import nonfinite_name, pairs, walk
+from echo.ingest.rows import MIN_TIMESTAMP_NS, AttrResolver, RowBatch, content_id
+from echo.ingest.values import Scoped, nonfinite_name, pairs, walk
 
 SIGNAL = "metric"
 
 
 def _safe(x: float) -> float | str:
     return x if math.isfinite(x) else nonfinite_name(x)
-
-
-def _number_value(dp: Any, extra: list[tuple[str, Any]]) -> tuple[float | None, int | None]:
-    if dp.WhichOneof("value") == "as_int":
-        return None, dp.as_int
-    value = dp.as_double
-    if math.isfinite(value):
-        return value, None
-    extra.append((c.NONFINITE_VALUE, nonfinite_name(value)))
-    return None, None
 
 
 def _summarised_value(kind: str, dp: Any, extra: list[tuple[str, Any]]) -> tuple[float | None, int | None]:
@@ -58,30 +48,58 @@ def _summarised_value(kind: str, dp: Any, extra: list[tuple[str, Any]]) -> tuple
 
 def decode_metrics(req: ExportMetricsServiceRequest, resolver: AttrResolver, batch: RowBatch) -> None:
     """Append every data point of ``req`` to ``batch`` (bad points are counted in ``batch.rejected``)."""
-    add = batch.add
     for origin, metric in walk(req.resource_metrics, "scope_metrics", "metrics"):
         name = metric.name
         kind = metric.WhichOneof("data")
         if not name or kind is None:
             batch.rejected.add("empty_metric", "metric without a name or data: set Metric.name and its data")
             continue
-        prefix = origin.prefix + name.encode()
-        for dp in getattr(metric, kind).data_points:
-            ts = dp.time_unix_nano
-            if not batch.check_timestamp(ts, f"metric {name!r} point"):
-                continue
-            point = pairs(dp.attributes)
-            extra: list[tuple[str, Any]] = []
-            if kind == "gauge" or kind == "sum":
-                vd, vi = _number_value(dp, extra)
-                if kind == "sum":
-                    extra.append((c.METRIC_KIND, kind))
-            else:
-                extra.append((c.METRIC_KIND, kind))
-                vd, vi = _summarised_value(kind, dp, extra)
-            if extra:
-                point.extend(extra)
-                batch.note_extra(extra)
-            resolved = resolver.resolve(origin.resource_key, origin.resource, point)
-            event_id = resolved.event_id or content_id(prefix, dp.SerializeToString())
-            add(resolved, event_id, ts, SIGNAL, name, vd, vi)
+        if kind == "gauge" or kind == "sum":
+            _decode_numbers(origin, name, kind, getattr(metric, kind).data_points, resolver, batch)
+        else:
+            _decode_summarised(origin, name, kind, getattr(metric, kind).data_points, resolver, batch)
+
+
+def _decode_numbers(
+    origin: Scoped, name: str, kind: str, points: Any, resolver: AttrResolver, batch: RowBatch
+) -> None:
+    """The hot path (gauge/sum): kept flat because it runs once per data point."""
+    prefix = origin.prefix + name.encode()
+    resource_key, resource = origin.resource_key, origin.resource
+    lowest, highest = MIN_TIMESTAMP_NS, batch.max_timestamp_ns
+    kind_attr = [(c.METRIC_KIND, kind)] if kind == "sum" else []
+    add, resolve = batch.add, resolver.resolve
+    for dp in points:
+        ts = dp.time_unix_nano
+        if ts < lowest or ts > highest:
+            batch.check_timestamp(ts, f"metric {name!r} point")
+            continue
+        point = pairs(dp.attributes)
+        if kind_attr:
+            point += kind_attr
+        if dp.WhichOneof("value") == "as_int":
+            vd, vi = None, dp.as_int
+        else:
+            vd, vi = dp.as_double, None
+            if not math.isfinite(vd):
+                point.append((c.NONFINITE_VALUE, nonfinite_name(vd)))
+                batch.stored_with_fix["nonfinite_value"] += 1
+                vd = None
+        resolved, event_id = resolve(resource_key, resource, point)
+        add(resolved, event_id or content_id(prefix, dp.SerializeToString()), ts, SIGNAL, name, vd, vi)
+
+
+def _decode_summarised(
+    origin: Scoped, name: str, kind: str, points: Any, resolver: AttrResolver, batch: RowBatch
+) -> None:
+    prefix = origin.prefix + name.encode()
+    for dp in points:
+        ts = dp.time_unix_nano
+        if not batch.check_timestamp(ts, f"metric {name!r} point"):
+            continue
+        extra: list[tuple[str, Any]] = [(c.METRIC_KIND, kind)]
+        vd, vi = _summarised_value(kind, dp, extra)
+        resolved, event_id = resolver.resolve(
+            origin.resource_key, origin.resource, pairs(dp.attributes) + extra
+        )
+        batch.add(resolved, event_id or content_id(prefix, dp.SerializeToString()), ts, SIGNAL, name, vd, vi)

@@ -15,7 +15,7 @@ import hashlib
 import json
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +55,6 @@ class Resolved:
     rank: int | None
     nranks: int | None
     causal_chain_id: str | None
-    event_id: str | None
     attrs_json: str
     dropped: int
 
@@ -99,7 +98,21 @@ class AttrResolver:
         self.max_attributes = max_attributes
         self._cache: dict[tuple[bytes, Any], Resolved] = {}
 
-    def resolve(self, resource_key: bytes, resource: Pairs, point: Pairs) -> Resolved:
+    def resolve(self, resource_key: bytes, resource: Pairs, point: Pairs) -> tuple[Resolved, str | None]:
+        """(columns + attrs_json, the point's ``rankecho.event_id`` or None).
+
+        The event id is taken out before the cache lookup: it is unique per point and never stored
+        in attrs_json, so leaving it in the key would make every lookup a miss.
+        """
+        event_id = None
+        for i, (key, value) in enumerate(point):
+            if key == c.EVENT_ID:
+                event_id = str(value)
+                point = [*point[:i], *point[i + 1 :]]
+                break
+        return self._lookup(resource_key, resource, point), event_id
+
+    def _lookup(self, resource_key: bytes, resource: Pairs, point: Pairs) -> Resolved:
         try:
             key = (resource_key, tuple(point))
             hit = self._cache.get(key)
@@ -126,7 +139,6 @@ class AttrResolver:
                     if merged.get(key) == attrs[key]:
                         del merged[key]
                     break
-        event_id = merged.pop(c.EVENT_ID, None)
         for column, key in c.PROMOTED_COPIES.items():
             if key in merged:
                 columns[column] = str(merged[key])
@@ -141,7 +153,6 @@ class AttrResolver:
             rank=columns.get("rank"),
             nranks=columns.get("nranks"),
             causal_chain_id=columns.get("causal_chain_id"),
-            event_id=None if event_id is None else str(event_id),
             attrs_json=json.dumps(merged, separators=(",", ":"), ensure_ascii=False),
             dropped=dropped,
         )
@@ -153,18 +164,18 @@ def content_id(prefix: bytes, body: bytes) -> str:
 
 
 class RowBatch:
-    """Columnar rows decoded from one request; :meth:`to_arrow` feeds the writer's INSERT."""
+    """Rows decoded from one request, kept as tuples (cheapest to append) until :meth:`to_arrow`."""
 
     def __init__(self, received_ns: int | None = None) -> None:
         self.received_ns = time.time_ns() if received_ns is None else received_ns
-        self.cols: dict[str, list[Any]] = {name: [] for name in COLUMNS if name != "received_ns"}
+        self.rows: list[tuple[Resolved, str, int, str, str, float | None, int | None]] = []
         self.rejected = Rejections()
         self.stored_with_fix: Counter[str] = Counter()
         """Events stored after a safe repair, by reason (non-finite value, dropped attributes)."""
         self.max_timestamp_ns = self.received_ns  # replaced by decoders that know the skew limit
 
     def __len__(self) -> int:
-        return len(self.cols["event_id"])
+        return len(self.rows)
 
     def check_timestamp(self, ts: int, what: str) -> bool:
         """False (and counted) for timestamps of 0, before 2000, or too far in the future."""
@@ -185,10 +196,6 @@ class RowBatch:
             return False
         return True
 
-    def note_extra(self, extra: Sequence[tuple[str, Any]]) -> None:
-        if any(key == keys.NONFINITE_VALUE for key, _ in extra):
-            self.stored_with_fix["nonfinite_value"] += 1
-
     def add(
         self,
         resolved: Resolved,
@@ -199,29 +206,28 @@ class RowBatch:
         value_double: float | None,
         value_int: int | None,
     ) -> None:
-        cols = self.cols
-        cols["event_id"].append(event_id)
-        cols["timestamp_ns"].append(timestamp_ns)
-        cols["signal"].append(signal)
-        cols["cluster_id"].append(resolved.cluster_id)
-        cols["node_id"].append(resolved.node_id)
-        cols["metric_name"].append(metric_name)
-        cols["rank"].append(resolved.rank)
-        cols["nranks"].append(resolved.nranks)
-        cols["value_double"].append(value_double)
-        cols["value_int"].append(value_int)
-        cols["causal_chain_id"].append(resolved.causal_chain_id)
-        cols["attrs_json"].append(resolved.attrs_json)
+        self.rows.append((resolved, event_id, timestamp_ns, signal, metric_name, value_double, value_int))
         if resolved.dropped:
             self.stored_with_fix["too_many_attributes"] += 1
 
     def to_arrow(self) -> pa.Table:
-        n = len(self)
-        arrays = {name: values for name, values in self.cols.items()}
-        arrays["received_ns"] = [self.received_ns] * n
-        return pa.table({name: arrays[name] for name in COLUMNS}, schema=ARROW_SCHEMA)
+        if not self.rows:
+            return ARROW_SCHEMA.empty_table()
+        resolved, event_id, ts, signal, name, vd, vi = zip(*self.rows, strict=True)
+        columns = {
+            "event_id": event_id,
+            "timestamp_ns": ts,
+            "received_ns": [self.received_ns] * len(self.rows),
+            "signal": signal,
+            "cluster_id": [r.cluster_id for r in resolved],
+            "node_id": [r.node_id for r in resolved],
+            "metric_name": name,
+            "rank": [r.rank for r in resolved],
+            "nranks": [r.nranks for r in resolved],
+            "value_double": vd,
+            "value_int": vi,
+            "causal_chain_id": [r.causal_chain_id for r in resolved],
+            "attrs_json": [r.attrs_json for r in resolved],
+        }
+        return pa.table([pa.array(columns[f.name], f.type) for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
 
-
-def concat(batches: Iterable[RowBatch]) -> pa.Table:
-    """One Arrow table for several batches (the writer's merged INSERT)."""
-    return pa.concat_tables([b.to_arrow() for b in batches])

@@ -135,7 +135,7 @@ class Ingest:
 
     def _commit(self, batch: RowBatch) -> None:
         try:
-            future = self.writer.submit(batch)
+            future = self.writer.submit(batch.to_arrow())
         except QueueFullError as exc:
             self.reject_request("queue_full")
             raise IngestError(BUSY, str(exc), exc.retry_after_s) from None

@@ -40,6 +40,6 @@ def decode_traces(req: ExportTraceServiceRequest, resolver: AttrResolver, batch:
         end = span.end_time_unix_nano
         duration_ms = (end - start) / 1e6 if end >= start else None
         point = pairs(span.attributes) + _span_extra(span)
-        resolved = resolver.resolve(origin.resource_key, origin.resource, point)
-        event_id = resolved.event_id or content_id(origin.prefix, span.SerializeToString())
+        resolved, event_id = resolver.resolve(origin.resource_key, origin.resource, point)
+        event_id = event_id or content_id(origin.prefix, span.SerializeToString())
         batch.add(resolved, event_id, start, SIGNAL, span.name, duration_ms, None)

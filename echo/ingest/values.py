@@ -59,7 +59,14 @@ def is_too_deep(value: Any) -> bool:
 
 def pairs(attributes: Any) -> list[tuple[str, Any]]:
     """OTLP ``KeyValue`` list -> (key, JSON-safe value) pairs, in wire order."""
-    return [(kv.key, to_python(kv.value)) for kv in attributes]
+    out = []
+    for kv in attributes:
+        value = kv.value
+        if value.WhichOneof("value") == "string_value":  # the common case, without a call
+            out.append((kv.key, value.string_value))
+        else:
+            out.append((kv.key, to_python(value)))
+    return out
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The single writer: the only code that writes the ``events`` table.
 
-Receivers decode a request into a :class:`RowBatch` and :meth:`Writer.submit` it; they get a future
+Receivers decode a request into an Arrow table and :meth:`Writer.submit` it; they get a future
 that resolves only after the rows are COMMITted (acknowledged = durable). The writer thread merges
 queued batches into INSERTs of up to ``batch_rows`` rows. ``ON CONFLICT DO NOTHING`` on the event-id
 primary key turns resent batches into no-ops (counted as duplicates skipped). The queue is bounded
@@ -10,7 +10,7 @@ Usage::
 
     writer = Writer(cursor, stats, queue_rows=500_000)
     writer.start()
-    writer.submit(batch).result()   # returns once committed
+    writer.submit(table).result()   # returns once committed
     writer.stop()                   # drains and commits everything queued
 """
 
@@ -24,8 +24,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 import duckdb
+import pyarrow as pa
 
-from echo.ingest.rows import RowBatch, concat
 from echo.ops import Stats
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class WriterClosedError(RuntimeError):
 
 @dataclass
 class _Pending:
-    batch: RowBatch
+    table: pa.Table
     future: Future[int]
 
 
@@ -83,10 +83,12 @@ class Writer:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, batch: RowBatch) -> Future[int]:
-        """Queue ``batch``; the future yields the rows newly stored by the commit that included it."""
+    def submit(self, table: pa.Table) -> Future[int]:
+        """Queue rows (an Arrow table in the ``events`` column order, built by the receiver thread so
+        the writer spends its time in DuckDB); the future yields the rows newly stored by the commit
+        that included them."""
         future: Future[int] = Future()
-        n = len(batch)
+        n = table.num_rows
         if n == 0:
             future.set_result(0)
             return future
@@ -95,7 +97,7 @@ class Writer:
                 raise WriterClosedError("Echo is shutting down: retry against the restarted Echo")
             if self._queued_rows and self._queued_rows + n > self._max_rows:
                 raise QueueFullError(self._retry_after_s)
-            self._queue.append(_Pending(batch, future))
+            self._queue.append(_Pending(table, future))
             self._queued_rows += n
             self._cond.notify()
         return future
@@ -115,11 +117,11 @@ class Writer:
                     return None
                 self._cond.wait()
             taken = [self._queue.popleft()]
-            rows = len(taken[0].batch)
-            while self._queue and rows + len(self._queue[0].batch) <= self._batch_rows:
+            rows = taken[0].table.num_rows
+            while self._queue and rows + self._queue[0].table.num_rows <= self._batch_rows:
                 item = self._queue.popleft()
                 taken.append(item)
-                rows += len(item.batch)
+                rows += item.table.num_rows
             self._queued_rows -= rows
             return taken
 
@@ -129,21 +131,21 @@ class Writer:
 
     def _commit_all(self, taken: list[_Pending]) -> None:
         try:
-            inserted = self._commit([p.batch for p in taken])
+            inserted = self._commit([p.table for p in taken])
         except Exception as exc:
             if len(taken) > 1:  # isolate the bad request so the others still land
                 for pending in taken:
                     self._commit_all([pending])
                 return
-            log.error("commit failed for a batch of %d rows: %s", len(taken[0].batch), exc)
-            self._stats.rejected("commit_failed", len(taken[0].batch))
+            log.error("commit failed for a batch of %d rows: %s", taken[0].table.num_rows, exc)
+            self._stats.rejected("commit_failed", taken[0].table.num_rows)
             taken[0].future.set_exception(exc)
             return
         for pending in taken:
             pending.future.set_result(inserted)
 
-    def _commit(self, batches: list[RowBatch]) -> int:
-        table = concat(batches)
+    def _commit(self, tables: list[pa.Table]) -> int:
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         started = time.perf_counter()
         con = self._con
         con.register("incoming", table)
