@@ -1,10 +1,66 @@
-"""Subcommands of `rankecho` implemented by the `sim` package."""
+"""Subcommands of `rankecho` implemented by the `sim` package: `rankecho sim SCENARIO.yaml`."""
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
 from typing import Any
 
 
 def register(subparsers: Any) -> None:
     """Add this package's subcommands to the `rankecho` parser."""
-    del subparsers
+    p = subparsers.add_parser(
+        "sim",
+        help="run a simulated GPU cluster (fake libcudart/libnccl, one process per rank)",
+        description="Launch nodes x ranks of simrank processes from a scenario file; see docs/sim.md.",
+    )
+    p.add_argument("scenario", type=Path, help="scenario YAML (e.g. sim/scenarios/seed-rank5.yaml)")
+    p.add_argument(
+        "--ground-truth", type=Path, metavar="OUT.json", help="write per-step, per-rank ground truth"
+    )
+    p.add_argument(
+        "--run-dir",
+        type=Path,
+        metavar="DIR",
+        help="where node libraries and rank logs go (default: a new temporary directory)",
+    )
+    p.add_argument(
+        "--agent-endpoint",
+        metavar="HOST:PORT",
+        help="start one rankecho agent per node, exporting to this Echo endpoint",
+    )
+    p.add_argument("--token", help="bearer token for the agents (passed as RANKECHO_TOKEN)")
+    p.add_argument("--steps", type=int, help="override the scenario's step count")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop everything after this long")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import sys
+
+    from sim.launcher import LaunchError, LaunchOptions, run_scenario
+    from sim.scenario import ScenarioError, load_scenario
+
+    try:
+        scenario = load_scenario(args.scenario)
+        if args.steps is not None:
+            if args.steps < 1:
+                raise ScenarioError("--steps must be at least 1")
+            scenario = scenario.with_steps(args.steps)
+    except ScenarioError as e:
+        print(f"rankecho sim: {e}", file=sys.stderr)
+        return 2
+    opts = LaunchOptions(
+        run_dir=args.run_dir,
+        ground_truth=args.ground_truth,
+        agent_endpoint=args.agent_endpoint,
+        token=args.token,
+        timeout_s=args.timeout,
+        progress=None if args.quiet else sys.stderr,
+    )
+    try:
+        return run_scenario(scenario, opts).returncode
+    except LaunchError as e:
+        print(f"rankecho sim: {e}", file=sys.stderr)
+        return 1

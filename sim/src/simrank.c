@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -208,6 +210,10 @@ static void fragment_cycle(const struct api *a, void **cache, double ms) {
 
 int main(int argc, char **argv) {
     struct cfg c;
+    if (getenv("SIMRANK_DIE_WITH_PARENT")) { /* the launcher's death must not leave ranks behind */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() == 1) return 4;
+    }
     parse(argc, argv, &c);
     for (int i = 0; i < c.nfaults; i++)
         if (c.faults[i].kind == F_CPU_CONTENTION && neighbor_start() != 0) die("%s", "cannot fork the neighbor");

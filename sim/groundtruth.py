@@ -1,0 +1,190 @@
+"""Ground truth for a simulated run, computed from what the rank processes logged they did.
+
+Each simrank process writes one line per step: when the step started, the wall-clock time it
+entered the step's first all-reduce, when its final stream sync returned, how long that sync
+blocked and which faults fired. From those lines this module derives, per step and rank,
+``entered_late_by_ms`` (enter time minus the median enter time of the step) and the injected
+cause, which is what a diagnosis is scored against. Usage::
+
+    logs = read_rank_logs(run_dir, scenario)
+    truth = build_ground_truth(scenario, logs)
+    Path("truth.json").write_text(json.dumps(truth, indent=1))
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sim.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    step: int
+    start_ns: int
+    enter_ns: int
+    end_ns: int
+    sync_wait_ns: int
+    causes: tuple[tuple[str, float], ...]
+    """(fault kind, injected ms) for every fault that fired on this rank at this step."""
+
+
+@dataclass
+class RankLog:
+    rank: int
+    node_id: str = ""
+    local_rank: int = 0
+    pid: int = 0
+    tid: int = 0
+    comms: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+    """communicator name -> (hash hex, rank in communicator, communicator size)"""
+    steps: list[StepRecord] = field(default_factory=list)
+    finished: bool = False
+
+
+def rank_log_path(run_dir: Path, node_id: str, rank: int) -> Path:
+    return run_dir / node_id / f"rank{rank}.log"
+
+
+def parse_rank_log(text: str, rank: int) -> RankLog:
+    """Parse one simrank log; a truncated last line (process still writing) is ignored."""
+    log = RankLog(rank=rank)
+    for line in text.split("\n")[:-1]:  # the piece after the last newline may be half-written
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "rank" and len(parts) >= 12:
+            log.local_rank, log.node_id = int(parts[5]), parts[7]
+            log.pid, log.tid = int(parts[9]), int(parts[11])
+        elif parts[0] == "comm" and len(parts) == 5:
+            log.comms[parts[1]] = (parts[2], int(parts[3]), int(parts[4]))
+        elif parts[0] == "step" and len(parts) == 7:
+            causes = (
+                ()
+                if parts[6] == "-"
+                else tuple((kind, float(ms)) for kind, ms in (c.split(":") for c in parts[6].split(",")))
+            )
+            log.steps.append(
+                StepRecord(int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4]), int(parts[5]), causes)
+            )
+        elif parts[0] == "done":
+            log.finished = True
+    return log
+
+
+def read_rank_logs(run_dir: Path, scenario: Scenario) -> dict[int, RankLog]:
+    logs = {}
+    for rank, node, _local in scenario.rank_layout():
+        path = rank_log_path(run_dir, node.id, rank)
+        logs[rank] = parse_rank_log(path.read_text() if path.exists() else "", rank)
+    return logs
+
+
+def _ms(ns: float) -> float:
+    return round(ns / 1e6, 3)
+
+
+def communicator_members(logs: dict[int, RankLog]) -> list[dict[str, Any]]:
+    """Every communicator instance seen in the logs, its members as world ranks in comm-rank order."""
+    groups: dict[tuple[str, str], dict[int, int]] = {}
+    sizes: dict[tuple[str, str], int] = {}
+    for world_rank, log in sorted(logs.items()):
+        for name, (hash_hex, comm_rank, size) in log.comms.items():
+            groups.setdefault((name, hash_hex), {})[comm_rank] = world_rank
+            sizes[(name, hash_hex)] = size
+    return [
+        {"name": name, "hash": h, "size": sizes[(name, h)], "members": [m[r] for r in sorted(m)]}
+        for (name, h), m in sorted(groups.items())
+    ]
+
+
+def build_ground_truth(scenario: Scenario, logs: dict[int, RankLog]) -> dict[str, Any]:
+    """The ground-truth document (see docs/sim.md for its fields)."""
+    by_step: dict[int, dict[int, StepRecord]] = {}
+    for rank, log in logs.items():
+        for rec in log.steps:
+            by_step.setdefault(rec.step, {})[rank] = rec
+    steps_out: list[dict[str, Any]] = []
+    for step in sorted(by_step):
+        recs = by_step[step]
+        median = statistics.median(r.enter_ns for r in recs.values())
+        ranks: list[dict[str, Any]] = []
+        for rank in sorted(recs):
+            r = recs[rank]
+            late = _ms(r.enter_ns - median)
+            ranks.append(
+                {
+                    "rank": rank,
+                    "enter_ns": r.enter_ns,
+                    "entered_late_by_ms": late,
+                    "sync_wait_ms": _ms(r.sync_wait_ns),
+                    "step_ms": _ms(r.end_ns - r.start_ns),
+                    "cause": r.causes[0][0] if r.causes else None,
+                    "injected": [{"kind": k, "ms": ms} for k, ms in r.causes],
+                }
+            )
+        stragglers = [
+            {"rank": e["rank"], "entered_late_by_ms": e["entered_late_by_ms"], "cause": e["cause"]}
+            for e in ranks
+            if e["entered_late_by_ms"] >= scenario.straggler_threshold_ms
+        ]
+        steps_out.append(
+            {
+                "step": step,
+                "median_enter_ns": int(median),
+                "complete": len(recs) == len(logs),
+                "ranks": ranks,
+                "stragglers": stragglers,
+            }
+        )
+    summary: dict[str, dict[str, Any]] = {}
+    for s in steps_out:
+        for e in s["stragglers"]:
+            entry = summary.setdefault(str(e["rank"]), {"steps": [], "causes": {}})
+            entry["steps"].append(s["step"])
+            cause = e["cause"] or "none"
+            entry["causes"][cause] = entry["causes"].get(cause, 0) + 1
+    return {
+        "version": 1,
+        "scenario": scenario.name,
+        "cluster_id": scenario.cluster_id,
+        "world_size": scenario.world_size,
+        "steps": scenario.steps,
+        "straggler_threshold_ms": scenario.straggler_threshold_ms,
+        "nodes": [
+            {
+                "node_id": n.id,
+                "ranks": [r for r, node, _ in scenario.rank_layout() if node is n],
+                "clock_offset_ns": n.clock_offset_ns,
+            }
+            for n in scenario.nodes
+        ],
+        "ranks": [
+            {
+                "rank": r,
+                "node_id": log.node_id,
+                "local_rank": log.local_rank,
+                "pid": log.pid,
+                "tid": log.tid,
+                "finished": log.finished,
+            }
+            for r, log in sorted(logs.items())
+        ],
+        "communicators": communicator_members(logs),
+        "faults": [
+            {
+                "rank": f.rank,
+                "kind": f.kind,
+                "ms": f.ms,
+                "every": f.every,
+                "start_step": f.start_step,
+                "jitter": f.jitter,
+            }
+            for f in scenario.faults
+        ],
+        "per_step": steps_out,
+        "stragglers_by_rank": summary,
+    }

@@ -1,0 +1,415 @@
+"""Launch a simulated cluster: nodes x ranks as separate simrank processes, optionally one agent per node.
+
+Each node gets its own copy of the libraries (``<run dir>/<node>/lib/``, distinct inodes, as on two
+hosts); each rank gets the torch-style environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT) plus RANKECHO_NODE_ID. With an agent endpoint, every node's agent is
+started and ready before that node's ranks start (or, with ``agent_start_after_step: K``, once
+every rank finished step K), and gets SIGTERM after the ranks exit so it can flush. Usage::
+
+    result = run_scenario(load_scenario(path), LaunchOptions(ground_truth=Path("truth.json")))
+    result.returncode  # 0 when every rank finished
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from sim.groundtruth import build_ground_truth, rank_log_path, read_rank_logs
+from sim.scenario import Node, Scenario
+
+SIM_ROOT = Path(__file__).resolve().parent
+LIB_NAMES = ("libcudart.so.12", "libnccl.so.2")
+AGENT_READY_TIMEOUT_S = 60.0
+
+
+class LaunchError(RuntimeError):
+    """The cluster could not be started or a process failed; the message says which and why."""
+
+
+class Stopped(Exception):
+    """SIGTERM arrived: stop everything and exit."""
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    run_dir: Path | None = None
+    ground_truth: Path | None = None
+    agent_endpoint: str | None = None
+    token: str | None = None
+    timeout_s: float | None = None
+    python: str = sys.executable
+    progress: IO[str] | None = sys.stderr
+    progress_every_s: float = 2.0
+
+
+@dataclass
+class RunResult:
+    returncode: int
+    run_dir: Path
+    wall_s: float
+    truth: dict[str, Any] | None = None
+    lib_dirs: dict[str, Path] = field(default_factory=dict)
+
+
+def build_libs(root: Path = SIM_ROOT) -> None:
+    """Run the (incremental) sim Makefile so the libraries and simrank exist and are current."""
+    if not (root / "Makefile").exists():
+        if not (root / "build" / "simrank").exists():
+            raise LaunchError(f"{root}/build/simrank is missing and there is no Makefile to build it")
+        return
+    proc = subprocess.run(["make", "-s", "-C", str(root)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise LaunchError(
+            f"building the simulated libraries failed (needs gcc and make):\n{proc.stderr[-2000:]}"
+        )
+
+
+def prepare_lib_dirs(run_dir: Path, scenario: Scenario, root: Path = SIM_ROOT) -> dict[str, Path]:
+    """Copy the library pair into ``<run dir>/<node>/lib`` for every node (fresh files, own inodes)."""
+    src = root / ("build-endbr" if scenario.endbr else "build")
+    out = {}
+    for node in scenario.nodes:
+        lib = run_dir / node.id / "lib"
+        lib.mkdir(parents=True, exist_ok=True)
+        for name in LIB_NAMES:
+            dst = lib / name
+            dst.unlink(missing_ok=True)
+            shutil.copy2(src / name, dst)
+            link = lib / name.split(".so")[0]
+            link = link.with_name(link.name + ".so")
+            link.unlink(missing_ok=True)
+            link.symlink_to(name)
+        out[node.id] = lib
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rank_argv(scenario: Scenario, rank: int, log: Path, lib_dir: Path, root: Path = SIM_ROOT) -> list[str]:
+    st = scenario.step
+    binary = root / "build" / ("simrank-dlopen" if scenario.load == "dlopen" else "simrank")
+    argv = [
+        str(binary),
+        "--steps",
+        str(scenario.steps),
+        "--compute-us",
+        str(st.compute_ms * 1000),
+        "--host-us",
+        str(st.host_ms * 1000),
+        "--loader-us",
+        str(st.dataloader_ms * 1000),
+        "--kernels",
+        str(st.kernels_per_step),
+        "--allreduce-bytes",
+        str(int(st.allreduce_mb * 2**20)),
+        "--buckets",
+        str(st.buckets),
+        "--malloc-every",
+        str(st.malloc_every),
+        "--seed",
+        str(scenario.seed),
+        "--log",
+        str(log),
+    ]
+    for c in scenario.communicators:
+        argv += [
+            "--split",
+            f"{c.name}:{c.group_size}:{int(c.layout == 'strided')}:{int(c.allreduce_mb * 2**20)}",
+        ]
+    for f in scenario.faults:
+        if f.rank == rank:
+            argv += ["--fault", f.spec()]
+    if scenario.load == "dlopen":
+        argv += ["--lib-dir", str(lib_dir), "--dlopen-delay-ms", str(scenario.dlopen_delay_ms)]
+    return argv
+
+
+def rank_env(
+    scenario: Scenario, rank: int, node: Node, local: int, port: int, lib_dir: Path
+) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(local),
+            "WORLD_SIZE": str(scenario.world_size),
+            "LOCAL_WORLD_SIZE": str(node.ranks),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANKECHO_NODE_ID": node.id,
+            "SIMRANK_DIE_WITH_PARENT": "1",
+        }
+    )
+    if scenario.load == "linked":
+        env["LD_LIBRARY_PATH"] = (
+            f"{lib_dir}:{env['LD_LIBRARY_PATH']}" if env.get("LD_LIBRARY_PATH") else str(lib_dir)
+        )
+    return env
+
+
+def tail(path: Path, chars: int = 2000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(no output)"
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Stopped
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, grace_s: float = 5.0) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@dataclass
+class _Agent:
+    node: Node
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+class Cluster:
+    """The processes of one run. Not reusable: build one per run."""
+
+    def __init__(self, scenario: Scenario, opts: LaunchOptions, run_dir: Path, lib_dirs: dict[str, Path]):
+        self.scenario, self.opts, self.run_dir, self.lib_dirs = scenario, opts, run_dir, lib_dirs
+        self.ranks: dict[int, subprocess.Popen[bytes]] = {}
+        self.agents: list[_Agent] = []
+        self._last_progress = 0.0
+
+    def say(self, msg: str) -> None:
+        if self.opts.progress is not None:
+            print(f"rankecho sim: {msg}", file=self.opts.progress, flush=True)
+
+    def start_agent(self, node: Node) -> None:
+        assert self.opts.agent_endpoint
+        node_dir, lib = self.run_dir / node.id, self.lib_dirs[node.id]
+        ready, log = node_dir / "agent.ready", node_dir / "agent.log"
+        ready.unlink(missing_ok=True)
+        argv = [
+            self.opts.python,
+            "-m",
+            "rankecho",
+            "agent",
+            "--endpoint",
+            self.opts.agent_endpoint,
+            "--cluster-id",
+            self.scenario.cluster_id,
+            "--node-id",
+            node.id,
+            "--nccl-lib",
+            str(lib / "libnccl.so.2"),
+            "--cuda-lib",
+            str(lib / "libcudart.so.12"),
+            "--clock-offset-ns",
+            str(node.clock_offset_ns),
+            "--ready-file",
+            str(ready),
+        ]
+        env = dict(os.environ)
+        if self.opts.token is not None:
+            env["RANKECHO_TOKEN"] = self.opts.token
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        self.agents.append(_Agent(node, proc, log))
+        deadline = time.monotonic() + AGENT_READY_TIMEOUT_S
+        while not ready.exists():
+            if proc.poll() is not None:
+                raise LaunchError(
+                    f"the agent for node {node.id} exited with code {proc.returncode} before it was "
+                    f"ready; its log {log} ends with:\n{tail(log)}"
+                )
+            if time.monotonic() > deadline:
+                raise LaunchError(
+                    f"the agent for node {node.id} was not ready within {AGENT_READY_TIMEOUT_S:.0f} s "
+                    f"(no {ready}); see its log {log}:\n{tail(log)}"
+                )
+            time.sleep(0.05)
+        self.say(f"agent for {node.id} ready (pid {proc.pid}, log {log})")
+
+    def start_ranks(self) -> None:
+        port = free_port()
+        for rank, node, local in self.scenario.rank_layout():
+            lib = self.lib_dirs[node.id]
+            log = rank_log_path(self.run_dir, node.id, rank)
+            argv = rank_argv(self.scenario, rank, log, lib)
+            env = rank_env(self.scenario, rank, node, local, port, lib)
+            with (self.run_dir / node.id / f"rank{rank}.stderr").open("wb") as err:
+                self.ranks[rank] = subprocess.Popen(
+                    argv, stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True
+                )
+        self.say(
+            f"started {len(self.ranks)} ranks on {len(self.scenario.nodes)} nodes; run dir {self.run_dir}"
+        )
+
+    def steps_done(self) -> dict[int, int]:
+        out = {}
+        for rank, node, _ in self.scenario.rank_layout():
+            try:
+                text = rank_log_path(self.run_dir, node.id, rank).read_bytes()
+            except OSError:
+                text = b""
+            out[rank] = text.count(b"\nstep ")
+        return out
+
+    def report_progress(self, done: dict[int, int], force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_progress < self.opts.progress_every_s:
+            return
+        self._last_progress = now
+        slowest = min(done, key=lambda r: done[r])
+        running = sum(p.poll() is None for p in self.ranks.values())
+        self.say(
+            f"step {done[slowest]}/{self.scenario.steps} (slowest rank {slowest}), {running} ranks running"
+        )
+
+    def failed_rank(self) -> int | None:
+        for rank, proc in self.ranks.items():
+            if proc.poll() not in (None, 0):
+                return rank
+        return None
+
+    def root_failure(self) -> int:
+        """A failed rank that did not merely abort because a peer vanished (else the lowest failed rank)."""
+        failed = sorted(r for r, p in self.ranks.items() if p.poll() not in (None, 0))
+        for rank in failed:
+            node = next(n for r, n, _ in self.scenario.rank_layout() if r == rank)
+            text = tail(self.run_dir / node.id / f"rank{rank}.stderr")
+            if "left without ncclCommDestroy" not in text and "lost the connection" not in text:
+                return rank
+        return failed[0]
+
+    def describe_failure(self, rank: int) -> str:
+        node = next(n for r, n, _ in self.scenario.rank_layout() if r == rank)
+        err = self.run_dir / node.id / f"rank{rank}.stderr"
+        return (
+            f"rank {rank} on {node.id} exited with code {self.ranks[rank].returncode}; "
+            f"{err} ends with:\n{tail(err)}"
+        )
+
+    def wait(self) -> None:
+        """Block until every rank exited; start late agents on the way; raise on a failure."""
+        deadline = time.monotonic() + self.opts.timeout_s if self.opts.timeout_s else None
+        late_agents = bool(self.opts.agent_endpoint) and self.scenario.agent_start_after_step > 0
+        while any(p.poll() is None for p in self.ranks.values()):
+            time.sleep(0.1)
+            done = self.steps_done()
+            self.report_progress(done)
+            if late_agents and min(done.values()) >= self.scenario.agent_start_after_step:
+                late_agents = False
+                self.say(f"every rank passed step {self.scenario.agent_start_after_step}: starting agents")
+                for node in self.scenario.nodes:
+                    self.start_agent(node)
+            bad = self.failed_rank()
+            if bad is not None:
+                time.sleep(0.5)  # peers of a dead rank abort too; report the one that failed first
+                raise LaunchError(self.describe_failure(self.root_failure()))
+            if deadline and time.monotonic() > deadline:
+                raise LaunchError(
+                    f"the run exceeded its {self.opts.timeout_s:.0f} s timeout at step "
+                    f"{min(done.values())}/{self.scenario.steps}"
+                )
+        bad = self.failed_rank()
+        if bad is not None:
+            raise LaunchError(self.describe_failure(bad))
+        self.report_progress(self.steps_done(), force=True)
+
+    def stop_ranks(self) -> None:
+        for proc in self.ranks.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.ranks.values():
+            stop_process(proc, grace_s=3.0)
+
+    def stop_agents(self) -> None:
+        for agent in self.agents:
+            if agent.proc.poll() is None:
+                agent.proc.send_signal(signal.SIGTERM)
+        for agent in self.agents:
+            stop_process(agent.proc, grace_s=30.0)
+            if agent.proc.returncode not in (0, -signal.SIGTERM):
+                self.say(
+                    f"agent for {agent.node.id} exited with code {agent.proc.returncode}; see {agent.log}"
+                )
+
+
+def run_scenario(scenario: Scenario, opts: LaunchOptions) -> RunResult:
+    """Run the scenario to completion. Returns 0 on success, 1 if a process failed, 130/143 if stopped."""
+    build_libs()
+    run_dir = opts.run_dir or Path(tempfile.mkdtemp(prefix=f"rankecho-sim-{scenario.name}-"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lib_dirs = prepare_lib_dirs(run_dir, scenario)
+    cluster = Cluster(scenario, opts, run_dir, lib_dirs)
+    started = time.monotonic()
+    rc = 0
+    with _sigterm_raises():
+        try:
+            if opts.agent_endpoint and scenario.agent_start_after_step == 0:
+                for node in scenario.nodes:
+                    cluster.start_agent(node)
+            cluster.start_ranks()
+            cluster.wait()
+        except LaunchError as e:
+            cluster.say(f"error: {e}")
+            rc = 1
+        except KeyboardInterrupt:
+            cluster.say("interrupted; stopping every process")
+            rc = 130
+        except Stopped:
+            cluster.say("terminated; stopping every process")
+            rc = 143
+        finally:
+            cluster.stop_ranks()
+            cluster.stop_agents()
+    result = RunResult(rc, run_dir, time.monotonic() - started, lib_dirs=lib_dirs)
+    result.truth = build_ground_truth(scenario, read_rank_logs(run_dir, scenario))
+    if opts.ground_truth is not None:
+        opts.ground_truth.parent.mkdir(parents=True, exist_ok=True)
+        opts.ground_truth.write_text(json.dumps(result.truth, indent=1) + "\n")
+        cluster.say(f"ground truth written to {opts.ground_truth}")
+    late = [f"rank {r} ({len(v['steps'])} steps)" for r, v in result.truth["stragglers_by_rank"].items()]
+    cluster.say(
+        f"finished in {result.wall_s:.1f} s; ranks entering >= {scenario.straggler_threshold_ms:g} ms "
+        f"late: {', '.join(late) or 'none'}"
+    )
+    return result

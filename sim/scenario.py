@@ -1,0 +1,271 @@
+"""Scenario files for ``rankecho sim``: YAML in, one frozen, validated ``Scenario`` out.
+
+A scenario names the cluster, its nodes and rank counts, the shape of a training step, extra
+communicators made with ncclCommSplit, and the faults to inject. Every problem is reported with
+its location and the fix (``faults[1].kind: 'slowgpu' is not one of ...``). docs/sim.md has the
+full format. Usage::
+
+    scenario = load_scenario(Path("sim/scenarios/seed-rank5.yaml"))
+    scenario.world_size  # 8
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+FAULT_KINDS = ("host_compute", "dataloader_stall", "cpu_contention", "slow_gpu", "alloc_stall")
+LOAD_MODES = ("linked", "dlopen")
+LAYOUTS = ("contiguous", "strided")
+
+
+class ScenarioError(ValueError):
+    """The scenario file is malformed; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What one healthy training step does on every rank (times in ms, sizes in MiB)."""
+
+    compute_ms: float = 20.0
+    host_ms: float = 0.5
+    dataloader_ms: float = 0.5
+    kernel_launch_rate: float = 1000.0
+    """cudaLaunchKernel calls per second of GPU compute; at least 3 launches per step."""
+    allreduce_mb: float = 16.0
+    buckets: int = 1
+    malloc_every: int = 50
+
+    @property
+    def kernels_per_step(self) -> int:
+        return max(3, round(self.kernel_launch_rate * self.compute_ms / 1000.0))
+
+
+@dataclass(frozen=True)
+class Communicator:
+    """An extra communicator split from the world: ranks grouped ``group_size`` at a time."""
+
+    name: str
+    group_size: int
+    layout: str = "contiguous"
+    allreduce_mb: float = 4.0
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    ranks: int
+    clock_offset_ms: float = 0.0
+
+    @property
+    def clock_offset_ns(self) -> int:
+        return round(self.clock_offset_ms * 1_000_000)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Inject ``ms`` (+- uniform ``jitter`` ms) of ``kind`` on ``rank`` at steps
+    ``start_step``, ``start_step + every``, ..."""
+
+    rank: int
+    kind: str
+    ms: float
+    every: int = 1
+    start_step: int = 0
+    jitter: float = 0.0
+
+    def fires_at(self, step: int) -> bool:
+        return step >= self.start_step and (step - self.start_step) % self.every == 0
+
+    def spec(self) -> str:
+        """The ``--fault`` argument simrank parses."""
+        return f"{self.kind}:{self.ms}:{self.every}:{self.start_step}:{self.jitter}"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    cluster_id: str
+    nodes: tuple[Node, ...]
+    steps: int = 50
+    seed: int = 1
+    step: StepShape = StepShape()
+    communicators: tuple[Communicator, ...] = ()
+    faults: tuple[Fault, ...] = ()
+    agent_start_after_step: int = 0
+    """0: agents start before the ranks; K > 0: once every rank has finished step K."""
+    load: str = "linked"
+    dlopen_delay_ms: int = 0
+    endbr: bool = False
+    straggler_threshold_ms: float = 50.0
+
+    @property
+    def world_size(self) -> int:
+        return sum(n.ranks for n in self.nodes)
+
+    def rank_layout(self) -> list[tuple[int, Node, int]]:
+        """(global rank, node, local rank) for every rank, nodes in file order."""
+        out, rank = [], 0
+        for node in self.nodes:
+            for local in range(node.ranks):
+                out.append((rank, node, local))
+                rank += 1
+        return out
+
+    def with_steps(self, steps: int) -> Scenario:
+        return dataclasses.replace(self, steps=steps)
+
+
+def _fields(where: str, raw: Any, cls: type, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    allowed = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ScenarioError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    missing = [k for k in required if k not in raw]
+    if missing:
+        raise ScenarioError(f"{where}: missing required key(s) {missing}")
+    return dict(raw)
+
+
+def _number(
+    where: str, value: Any, *, minimum: float = 0.0, integer: bool = False, positive: bool = False
+) -> Any:
+    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type:
+        raise ScenarioError(f"{where}: expected {'an integer' if integer else 'a number'}, got {value!r}")
+    if value < minimum or (positive and value <= 0):
+        bound = f"> {minimum}" if positive else f">= {minimum}"
+        raise ScenarioError(f"{where}: must be {bound}, got {value!r}")
+    return value
+
+
+def _choice(where: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ScenarioError(f"{where}: {value!r} is not one of {list(choices)}")
+    return str(value)
+
+
+def _step(raw: Any) -> StepShape:
+    d = _fields("step", raw, StepShape)
+    for key in ("compute_ms", "kernel_launch_rate", "allreduce_mb"):
+        if key in d:
+            d[key] = _number(f"step.{key}", d[key], positive=True)
+    for key in ("host_ms", "dataloader_ms"):
+        if key in d:
+            d[key] = _number(f"step.{key}", d[key])
+    if "buckets" in d:
+        d["buckets"] = _number("step.buckets", d["buckets"], minimum=1, integer=True)
+    if "malloc_every" in d:
+        d["malloc_every"] = _number("step.malloc_every", d["malloc_every"], integer=True)
+    return StepShape(**d)
+
+
+def _node(i: int, raw: Any, seen: set[str]) -> Node:
+    d = _fields(f"nodes[{i}]", raw, Node, ("id", "ranks"))
+    if not isinstance(d["id"], str) or not d["id"] or "/" in d["id"] or d["id"] in (".", ".."):
+        raise ScenarioError(f"nodes[{i}].id: need a non-empty name without '/', got {d['id']!r}")
+    if d["id"] in seen:
+        raise ScenarioError(f"nodes[{i}].id: {d['id']!r} is used twice; node ids must be unique")
+    seen.add(d["id"])
+    d["ranks"] = _number(f"nodes[{i}].ranks", d["ranks"], minimum=1, integer=True)
+    if "clock_offset_ms" in d:
+        d["clock_offset_ms"] = float(
+            _number(f"nodes[{i}].clock_offset_ms", d["clock_offset_ms"], minimum=-1e12)
+        )
+    return Node(**d)
+
+
+def _communicator(i: int, raw: Any, world: int, seen: set[str]) -> Communicator:
+    where = f"communicators[{i}]"
+    d = _fields(where, raw, Communicator, ("name", "group_size"))
+    name = d["name"]
+    if not isinstance(name, str) or not name.isidentifier() or name == "world" or name in seen:
+        raise ScenarioError(f"{where}.name: need a unique identifier other than 'world', got {name!r}")
+    seen.add(name)
+    size = _number(f"{where}.group_size", d["group_size"], minimum=1, integer=True)
+    if world % size:
+        raise ScenarioError(f"{where}.group_size: {size} does not divide the world size {world}")
+    d["group_size"] = size
+    if "layout" in d:
+        d["layout"] = _choice(f"{where}.layout", d["layout"], LAYOUTS)
+    if "allreduce_mb" in d:
+        d["allreduce_mb"] = _number(f"{where}.allreduce_mb", d["allreduce_mb"], positive=True)
+    return Communicator(**d)
+
+
+def _fault(i: int, raw: Any, world: int, steps: int) -> Fault:
+    where = f"faults[{i}]"
+    d = _fields(where, raw, Fault, ("rank", "kind", "ms"))
+    d["rank"] = _number(f"{where}.rank", d["rank"], integer=True)
+    if d["rank"] >= world:
+        raise ScenarioError(f"{where}.rank: {d['rank']} is outside the world (ranks 0..{world - 1})")
+    d["kind"] = _choice(f"{where}.kind", d["kind"], FAULT_KINDS)
+    d["ms"] = float(_number(f"{where}.ms", d["ms"], positive=True))
+    if "every" in d:
+        d["every"] = _number(f"{where}.every", d["every"], minimum=1, integer=True)
+    if "start_step" in d:
+        d["start_step"] = _number(f"{where}.start_step", d["start_step"], integer=True)
+    if "jitter" in d:
+        d["jitter"] = float(_number(f"{where}.jitter", d["jitter"]))
+        if d["jitter"] > d["ms"]:
+            raise ScenarioError(f"{where}.jitter: {d['jitter']} ms exceeds ms={d['ms']}; keep jitter <= ms")
+    fault = Fault(**d)
+    if steps and fault.start_step >= steps:
+        raise ScenarioError(f"{where}.start_step: {fault.start_step} is past the last step ({steps - 1})")
+    return fault
+
+
+def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
+    """Validate a parsed YAML document into a ``Scenario``."""
+    d = _fields(name, raw, Scenario, ("cluster_id", "nodes"))
+    d.setdefault("name", name)
+    if not isinstance(d["cluster_id"], str) or not d["cluster_id"]:
+        raise ScenarioError("cluster_id: need a non-empty string")
+    if not isinstance(d["nodes"], list) or not d["nodes"]:
+        raise ScenarioError("nodes: need a non-empty list of {id, ranks}")
+    seen: set[str] = set()
+    d["nodes"] = tuple(_node(i, n, seen) for i, n in enumerate(d["nodes"]))
+    world = sum(n.ranks for n in d["nodes"])
+    d["steps"] = _number("steps", d.get("steps", Scenario.steps), integer=True)
+    d["seed"] = _number("seed", d.get("seed", Scenario.seed), integer=True)
+    d["step"] = _step(d.get("step") or {})
+    names: set[str] = set()
+    comms = d.get("communicators") or []
+    if not isinstance(comms, list) or len(comms) > 4:
+        raise ScenarioError("communicators: need a list of at most 4 entries")
+    d["communicators"] = tuple(_communicator(i, c, world, names) for i, c in enumerate(comms))
+    faults = d.get("faults") or []
+    if not isinstance(faults, list) or len(faults) > 16:
+        raise ScenarioError("faults: need a list of at most 16 entries")
+    d["faults"] = tuple(_fault(i, f, world, d["steps"]) for i, f in enumerate(faults))
+    d["agent_start_after_step"] = _number(
+        "agent_start_after_step", d.get("agent_start_after_step", 0), integer=True
+    )
+    d["load"] = _choice("load", d.get("load", "linked"), LOAD_MODES)
+    d["dlopen_delay_ms"] = _number("dlopen_delay_ms", d.get("dlopen_delay_ms", 0), integer=True)
+    if not isinstance(d.get("endbr", False), bool):
+        raise ScenarioError("endbr: expected true or false")
+    d["straggler_threshold_ms"] = float(
+        _number("straggler_threshold_ms", d.get("straggler_threshold_ms", 50.0), positive=True)
+    )
+    return Scenario(**d)
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read and validate a scenario file; its stem becomes the scenario name unless it sets one."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ScenarioError(f"{path}: cannot read ({e.strerror})") from e
+    except yaml.YAMLError as e:
+        raise ScenarioError(f"{path}: not valid YAML: {e}") from e
+    try:
+        return parse_scenario(raw, path.stem)
+    except ScenarioError as e:
+        raise ScenarioError(f"{path}: {e}") from e
