@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from echo.stress import cli as stress_cli
+
 
 def _serve(args: argparse.Namespace) -> int:
     from echo.serve import main
@@ -88,3 +90,4 @@ def register(subparsers: Any) -> None:
     """Add this package's subcommands to the `rankecho` parser."""
     add_serve(subparsers)
     add_query(subparsers)
+    stress_cli.register(subparsers)

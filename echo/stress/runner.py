@@ -115,23 +115,29 @@ def batch_size(cfg: StressConfig) -> int:
     return size
 
 
-def prepare(cfg: StressConfig) -> list[list[Batch]]:
-    """Every producer's batches in send order; raw requests are encoded here, before any clock starts,
-    and may be reused by several runs (each into a fresh store)."""
-    size, plan = batch_size(cfg), cfg.plan
-    work = []
-    for p in range(plan.producers):
-        block = plan.producer_range(p)
-        batches = [
-            Batch(p, first, min(size, block.stop - first)) for first in range(block.start, block.stop, size)
-        ]
-        if cfg.client == "raw":
-            batches = [
-                Batch(b.producer, b.first, b.count, encode.raw_request(plan, p, b.events(plan)))
-                for b in batches
-            ]
-        work.append(batches)
-    return work
+def producer_batches(plan: StressPlan, producer: int, size: int, prebuild: bool) -> list[Batch]:
+    """One producer's batches in send order, with raw requests encoded when ``prebuild``."""
+    block = plan.producer_range(producer)
+    firsts = range(block.start, block.stop, size)
+    batches = [Batch(producer, first, min(size, block.stop - first)) for first in firsts]
+    if not prebuild:
+        return batches
+    return [
+        Batch(producer, b.first, b.count, encode.raw_request(plan, producer, b.events(plan))) for b in batches
+    ]
+
+
+def prepare(cfg: StressConfig, workers: int = 1) -> list[list[Batch]]:
+    """Every producer's batches; raw requests are encoded here, before any clock starts, and may be
+    reused by several runs (each into a fresh store). ``workers`` > 1 encodes in forked processes."""
+    args = [(cfg.plan, p, batch_size(cfg), cfg.client == "raw") for p in range(cfg.plan.producers)]
+    if workers <= 1 or cfg.client != "raw":
+        return [producer_batches(*a) for a in args]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(producer_batches, *zip(*args, strict=True)))
 
 
 def deliver(

@@ -1,0 +1,161 @@
+"""Ingest benchmark: data points/s that Echo acknowledges after commit with 8 producers over >= 20 s,
+and the wall time of the 8 x 250 fan-in; medians of several runs, each into a fresh store.
+
+Producers are threads sending prebuilt raw OTLP requests (encoded once, before any run, and reused:
+every run writes a fresh DB, so nothing is deduplicated away). After each run Echo is stopped and the
+rows counted: ``lost`` = acknowledged - stored must be 0. Client and Echo share this machine's cores.
+
+``python -m bench ingest --seconds 20 --runs 3``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from echo.stress import runner
+from echo.stress.harness import StressProcess
+from echo.stress.planting import StressPlan
+from echo.stress.runner import Batch, StressConfig
+from echo.stress.senders import Target
+from echo.stress.server import EchoProcess
+
+TOKEN = "bench-ingest-token"
+TARGET_POINTS_PER_S = 150_000
+TARGET_FANIN_S = 2.0
+
+
+def stored_rows(db: Path) -> int:
+    with duckdb.connect(str(db), read_only=True) as con:
+        row = con.execute("SELECT COUNT(*) FROM events").fetchone()
+    return int(row[0]) if row else 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (from /proc, all threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ingest_once(workdir: Path, cfg: StressConfig, work: list[list[Batch]], n: int) -> dict[str, Any]:
+    db = workdir / f"ingest-{n}.db"
+    with EchoProcess(db, token=TOKEN) as echo:
+        live = StressConfig(
+            cfg.plan, Target(echo.otlp_grpc, TOKEN), "raw", cfg.batch, duration_s=cfg.duration_s
+        )
+        assert echo.proc is not None
+        echo_cpu, client_cpu = cpu_seconds(echo.proc.pid), time.process_time()
+        result = runner.run(live, work)
+        echo_cpu, client_cpu = cpu_seconds(echo.proc.pid) - echo_cpu, time.process_time() - client_cpu
+        stop_started = time.monotonic()
+    drain_s = time.monotonic() - stop_started
+    rows = stored_rows(db)
+    db.unlink(missing_ok=True)
+    return {
+        "points_per_s": result.acked / result.elapsed_s,
+        "acked": result.acked,
+        "failed": result.failed,
+        "retries": result.retries,
+        "elapsed_s": result.elapsed_s,
+        "stored": rows,
+        "lost": result.acked - rows,
+        "exhausted": result.sent >= cfg.plan.total,
+        "stop_s": round(drain_s, 2),
+        "echo_cores": echo_cpu / result.elapsed_s,
+        "client_cores": client_cpu / result.elapsed_s,
+    }
+
+
+def fanin_once(workdir: Path, n: int) -> dict[str, Any]:
+    """The proof's shape: two stress processes (4 producers x 250 each, two clusters) at once."""
+    db = workdir / f"fanin-{n}.db"
+    with EchoProcess(db, token=TOKEN) as echo:
+        started = time.monotonic()
+        runs = [
+            StressProcess(echo.otlp_grpc, TOKEN, c, node, producers=4, events=250).start()
+            for c, node in (("cluster-a", "node-a"), ("cluster-b", "node-b"))
+        ]
+        summaries = [r.finish() for r in runs]
+        wall = time.monotonic() - started
+    rows = stored_rows(db)
+    db.unlink(missing_ok=True)
+    return {"wall_s": wall, "send_s": max(s["elapsed_s"] for s in summaries), "stored": rows}
+
+
+def run(argv: list[str]) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="python -m bench ingest", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of each ingest run")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--fanin-runs", type=int, default=5)
+    parser.add_argument("--producers", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=5000, help="points per Export RPC")
+    parser.add_argument("--pool", type=int, default=4_000_000, help="points encoded up front (caps one run)")
+    args, _ = parser.parse_known_args(argv)
+
+    plan = StressPlan("bench", "producer", args.producers, args.pool // args.producers)
+    cfg = StressConfig(plan, Target("unused:0"), "raw", args.batch, duration_s=args.seconds)
+    t = time.monotonic()
+    work = runner.prepare(cfg, workers=os.cpu_count() or 1)
+    print(
+        f"encoded {plan.total:,} points in {time.monotonic() - t:.1f} s "
+        f"({args.producers} producers, {args.batch} points per request)",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
+        ingest = []
+        for n in range(args.runs):
+            r = ingest_once(Path(tmp), cfg, work, n)
+            ingest.append(r)
+            print(
+                f"  ingest run {n + 1}: {r['points_per_s']:>9,.0f} points/s  acked {r['acked']:,} in "
+                f"{r['elapsed_s']:.1f} s  stored {r['stored']:,}  lost {r['lost']}  failed {r['failed']}  "
+                f"retries {r['retries']}  cores used: Echo {r['echo_cores']:.2f}, "
+                f"client {r['client_cores']:.2f}{'  (pool ran out: raise --pool)' if r['exhausted'] else ''}",
+                flush=True,
+            )
+        fanin = []
+        for n in range(args.fanin_runs):
+            f = fanin_once(Path(tmp), n)
+            fanin.append(f)
+            print(
+                f"  fan-in run {n + 1}: {f['wall_s']:.2f} s wall (two stress processes), "
+                f"{f['send_s']:.3f} s sending, stored {f['stored']}",
+                flush=True,
+            )
+    pps = statistics.median(r["points_per_s"] for r in ingest) if ingest else 0.0
+    fan = statistics.median(f["wall_s"] for f in fanin) if fanin else float("nan")
+    send = statistics.median(f["send_s"] for f in fanin) if fanin else float("nan")
+    lost = sum(r["lost"] + r["failed"] for r in ingest) + sum(2000 - f["stored"] for f in fanin)
+    print(
+        f"median ingest  {pps:>9,.0f} points/s  target >= {TARGET_POINTS_PER_S:,}  "
+        f"ratio {pps / TARGET_POINTS_PER_S:.2f}x  lost {lost}"
+    )
+    print(
+        f"median fan-in  {fan:>9.2f} s wall      target <= {TARGET_FANIN_S:.1f} s  "
+        f"ratio {TARGET_FANIN_S / fan:.2f}x  (sending alone {send:.3f} s)"
+    )
+    return {
+        "points_per_s_median": pps,
+        "fanin_wall_s_median": fan,
+        "fanin_send_s_median": send,
+        "lost": lost,
+        "ingest_runs": ingest,
+        "fanin_runs": fanin,
+        "cores": _cores(),
+    }
+
+
+def _cores() -> int:
+    return os.cpu_count() or 0
+
+
+if __name__ == "__main__":
+    run(sys.argv[1:])
