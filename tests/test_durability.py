@@ -1,6 +1,7 @@
 """Durability: kill -9 Echo in the middle of a stream, several times, restart it on the same DB and
 port; the producers resend what was not acknowledged. After every kill, each event acknowledged so far
-is in the store; at the end every event is there exactly once."""
+is in the store; at the end every event is there exactly once. Each kill waits until 300 more events
+were acknowledged since the last restart, and checks the stream is still running."""
 
 from __future__ import annotations
 
@@ -22,10 +23,18 @@ KILLS = 3
 def acknowledged_ids(ack_log: Path, plan: StressPlan) -> set[str]:
     """Event ids of every batch stress logged as acknowledged (a complete line = a finished ack)."""
     ids: set[str] = set()
-    for line in ack_log.read_text().splitlines() if ack_log.exists() else ():
+    for line in ack_log.read_text().splitlines():
         entry = json.loads(line)
         ids.update(plan.event(i).event_id for i in range(entry["first"], entry["first"] + entry["count"]))
     return ids
+
+
+def wait_for_progress(ack_log: Path, at_least: int, timeout_s: float = 20.0) -> None:
+    """Block until ``at_least`` events are acknowledged, so each kill lands in a flowing stream."""
+    deadline = time.monotonic() + timeout_s
+    while sum(json.loads(line)["count"] for line in ack_log.read_text().splitlines()) < at_least:
+        assert time.monotonic() < deadline, f"fewer than {at_least} events acknowledged in {timeout_s} s"
+        time.sleep(0.05)
 
 
 def stored_ids(db: Path) -> list[str]:
@@ -36,6 +45,7 @@ def stored_ids(db: Path) -> list[str]:
 @pytest.mark.parametrize("client", ["raw", "sdk"])
 def test_kill_9_mid_stream_keeps_every_acknowledged_event_exactly_once(tmp_path: Path, client: str) -> None:
     db, ack_log = tmp_path / "durable.db", tmp_path / "acks.jsonl"
+    ack_log.touch()
     echo = EchoProcess(db, token=TOKEN).start()
     port = echo.grpc_port
     run = StressProcess(
@@ -51,11 +61,13 @@ def test_kill_9_mid_stream_keeps_every_acknowledged_event_exactly_once(tmp_path:
     ).start()
     plan = run.plan()
     try:
+        acked_before = 0
         for _ in range(KILLS):
-            time.sleep(1.0)
+            wait_for_progress(ack_log, acked_before + 300)
+            assert run.proc is not None and run.proc.poll() is None, "stream ended before the kill"
             echo.kill()
             acked, stored = acknowledged_ids(ack_log, plan), stored_ids(db)
-            assert acked, "nothing was acknowledged before the kill: the stream did not start"
+            acked_before = len(acked)
             assert acked <= set(stored), f"{len(acked - set(stored))} acknowledged events lost by kill -9"
             assert len(stored) == len(set(stored)), "duplicate rows after a kill"
             echo = EchoProcess(db, token=TOKEN, grpc_port=port).start()
