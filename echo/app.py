@@ -155,6 +155,13 @@ class Echo:
 
     # -- state -----------------------------------------------------------------------------------
     @property
+    def writer(self) -> Writer:
+        """The running writer (e.g. ``with echo.writer.hold():`` to pause commits)."""
+        if self._run is None:
+            raise RuntimeError("Echo is not running: call start() first")
+        return self._run.writer
+
+    @property
     def ready(self) -> bool:
         return self._run is not None and self._run.writer.running and not self._stopping.is_set()
 

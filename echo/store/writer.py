@@ -20,7 +20,9 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import duckdb
@@ -70,6 +72,8 @@ class Writer:
         self._queued_rows = 0
         self._cond = threading.Condition()
         self._closing = False
+        self._held = False
+        self._busy = False
         self._thread = threading.Thread(target=self._run, name="echo-writer", daemon=True)
 
     @property
@@ -106,16 +110,34 @@ class Writer:
         """Refuse new rows, commit everything already queued, then end the thread."""
         with self._cond:
             self._closing = True
-            self._cond.notify()
+            self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        """No commits while the block runs (after the one in progress ends), e.g. to copy the store
+        file; receivers keep queueing until the queue is full. :meth:`stop` ends a hold."""
+        with self._cond:
+            self._held = True
+            while self._busy:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._held = False
+                self._cond.notify_all()
+
     def _take(self) -> list[_Pending] | None:
         with self._cond:
-            while not self._queue:
-                if self._closing:
+            self._busy = False
+            self._cond.notify_all()
+            while not self._queue or (self._held and not self._closing):
+                if self._closing and not self._queue:
                     return None
                 self._cond.wait()
+            self._busy = True
             taken = [self._queue.popleft()]
             rows = taken[0].table.num_rows
             while self._queue and rows + self._queue[0].table.num_rows <= self._batch_rows:

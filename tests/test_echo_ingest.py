@@ -1,0 +1,132 @@
+"""Ingest semantics through a real in-process Echo over gRPC: column mapping, the seed's four queries,
+idempotence, spans, logs and summarised histograms."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from echo_helpers import TEST_TOKEN, grpc_export, node_request
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+from opentelemetry.proto.metrics.v1.metrics_pb2 import Histogram, HistogramDataPoint, Metric
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from echo.app import Echo
+from echo.ingest import keys
+from echo.stress.queries import FANIN_QUERIES
+from shared import contract as c
+from shared.otlp import Point, any_value, key_values, metrics_request
+
+
+def rows(echo: Echo, sql: str) -> list[tuple[object, ...]]:
+    return echo.reader.query(sql).rows
+
+
+def test_semconv_and_plain_keys_map_to_columns_point_wins_and_consumed_keys_leave_attrs(
+    echo_inproc: Echo,
+) -> None:
+    now = time.time_ns()
+    resource = {c.CLUSTER_NAME: "k8s-c", c.NODE_NAME: "node-r", c.RANK: 3, c.NRANKS: 8, c.HOST_NAME: "h1"}
+    points = [
+        Point(c.M_HEALTH, now, 0.5, {c.CAUSAL_CHAIN_ID: "comm:7", "extra": "x"}),
+        Point(c.M_HEALTH, now + 1, 0.6, {"node_id": "node-p", "rank": "5"}),
+    ]
+    grpc_export(echo_inproc.grpc_address or "", metrics_request(resource, points), TEST_TOKEN)
+    columns = "cluster_id, node_id, rank, nranks, causal_chain_id, attrs_json"
+    got = rows(echo_inproc, f"SELECT {columns} FROM events ORDER BY timestamp_ns")
+    first, second = got
+    assert first[:5] == ("k8s-c", "node-r", 3, 8, "comm:7")
+    assert json.loads(str(first[5])) == {c.HOST_NAME: "h1", c.CAUSAL_CHAIN_ID: "comm:7", "extra": "x"}
+    assert second[:5] == ("k8s-c", "node-p", 5, 8, None)
+    # the point's plain keys were consumed; the resource's overridden keys stay as evidence
+    assert json.loads(str(second[5])) == {c.HOST_NAME: "h1", c.NODE_NAME: "node-r", c.RANK: 3}
+
+
+def test_seed_queries_run_verbatim_and_count_exactly(echo_inproc: Echo) -> None:
+    address = echo_inproc.grpc_address or ""
+    for node in ("node-a100", "node-h100"):
+        grpc_export(address, node_request(node, 100, cluster="demo-cluster"), TEST_TOKEN)
+    chain_points = [
+        Point(c.M_HEALTH, time.time_ns() + i, 0.9, {c.CAUSAL_CHAIN_ID: f"k{i % 4}"}) for i in range(8)
+    ]
+    grpc_export(
+        address,
+        metrics_request({"cluster_id": "demo-cluster", "node_id": "node-x"}, chain_points),
+        TEST_TOKEN,
+    )
+    assert rows(echo_inproc, FANIN_QUERIES["per_node_events"]) == [
+        ("demo-cluster", "node-a100", 100),
+        ("demo-cluster", "node-h100", 100),
+        ("demo-cluster", "node-x", 8),
+    ]
+    assert rows(echo_inproc, FANIN_QUERIES["chains"]) == [(4,)]
+    assert sorted(rows(echo_inproc, FANIN_QUERIES["stragglers"])) == [("node-a100", 25), ("node-h100", 25)]
+    quantiles = dict((r[0], r[1:]) for r in rows(echo_inproc, FANIN_QUERIES["health_quantiles"]))
+    assert quantiles["node-x"] == (0.9, 0.9)
+    assert quantiles["node-a100"][0] == 0.9
+
+
+def test_resent_batches_add_no_rows_with_and_without_producer_ids(echo_inproc: Echo) -> None:
+    address = echo_inproc.grpc_address or ""
+    hashed = node_request("n1", 50)
+    with_ids = metrics_request(
+        {"node_id": "n2"},
+        [Point(c.M_HEALTH, time.time_ns() + i, 0.5, {c.EVENT_ID: f"n2-{i}"}) for i in range(30)],
+    )
+    for _ in range(3):
+        grpc_export(address, hashed, TEST_TOKEN)
+        grpc_export(address, with_ids, TEST_TOKEN)
+    assert rows(
+        echo_inproc, "SELECT node_id, count(*), count(DISTINCT event_id) FROM events GROUP BY 1 ORDER BY 1"
+    ) == [
+        ("n1", 50, 50),
+        ("n2", 30, 30),
+    ]
+    assert rows(
+        echo_inproc, "SELECT event_id FROM events WHERE node_id = 'n2' ORDER BY timestamp_ns LIMIT 1"
+    ) == [("n2-0",)]
+    assert echo_inproc.stats.snapshot().duplicates == 2 * 80
+
+
+def test_spans_logs_and_histograms_become_rows(echo_inproc: Echo) -> None:
+    address = echo_inproc.grpc_address or ""
+    now = time.time_ns()
+    traces = ExportTraceServiceRequest()
+    rs = traces.resource_spans.add()
+    rs.resource.attributes.extend(key_values({"node_id": "n1"}))
+    span = Span(name="step", trace_id=bytes(range(16)), span_id=bytes(range(8)), start_time_unix_nano=now,
+                end_time_unix_nano=now + 2_500_000)  # fmt: skip
+    rs.scope_spans.add().spans.append(span)
+    grpc_export(address, traces, TEST_TOKEN, signal="traces")
+
+    logs = ExportLogsServiceRequest()
+    rl = logs.resource_logs.add()
+    record = LogRecord(observed_time_unix_nano=now, severity_text="WARN", body=any_value("rank 5 is late"))
+    rl.scope_logs.add().log_records.append(record)
+    grpc_export(address, logs, TEST_TOKEN, signal="logs")
+
+    metrics = ExportMetricsServiceRequest()
+    point = HistogramDataPoint(
+        time_unix_nano=now, count=3, sum=6.0, min=1.0, max=3.0, explicit_bounds=[2.0], bucket_counts=[1, 2]
+    )
+    hist = Histogram(data_points=[point])
+    metrics.resource_metrics.add().scope_metrics.add().metrics.append(Metric(name="lat", histogram=hist))
+    grpc_export(address, metrics, TEST_TOKEN)
+
+    got = {
+        r[0]: r[1:]
+        for r in rows(
+            echo_inproc, "SELECT signal, metric_name, value_double, value_int, attrs_json FROM events"
+        )
+    }
+    name, duration, _, attrs = got["span"]
+    assert (name, duration) == ("step", 2.5)
+    assert json.loads(str(attrs))[keys.TRACE_ID] == bytes(range(16)).hex()
+    name, _, _, attrs = got["log"]
+    assert name == "rank 5 is late" and json.loads(str(attrs))[keys.SEVERITY_TEXT] == "WARN"
+    name, total, count, attrs = got["metric"]
+    assert (name, total, count) == ("lat", 6.0, 3)
+    assert json.loads(str(attrs))[keys.HIST_BUCKET_COUNTS] == [1, 2]
