@@ -28,6 +28,9 @@ class StepRecord:
     enter_ns: int
     end_ns: int
     sync_wait_ns: int
+    loader_ns: int
+    alloc_ns: int
+    fwd_sync_ns: int
     causes: tuple[tuple[str, float], ...]
     """(fault kind, injected ms) for every fault that fired on this rank at this step."""
 
@@ -61,15 +64,12 @@ def parse_rank_log(text: str, rank: int) -> RankLog:
             log.pid, log.tid = int(parts[9]), int(parts[11])
         elif parts[0] == "comm" and len(parts) == 5:
             log.comms[parts[1]] = (parts[2], int(parts[3]), int(parts[4]))
-        elif parts[0] == "step" and len(parts) == 7:
-            causes = (
-                ()
-                if parts[6] == "-"
-                else tuple((kind, float(ms)) for kind, ms in (c.split(":") for c in parts[6].split(",")))
-            )
-            log.steps.append(
-                StepRecord(int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4]), int(parts[5]), causes)
-            )
+        elif parts[0] == "step" and len(parts) == 10:
+            causes: tuple[tuple[str, float], ...] = ()
+            if parts[9] != "-":
+                causes = tuple((kind, float(ms)) for kind, ms in (c.split(":") for c in parts[9].split(",")))
+            k, start, enter, end, wait, loader, alloc, fwd = (int(p) for p in parts[1:9])
+            log.steps.append(StepRecord(k, start, enter, end, wait, loader, alloc, fwd, causes))
         elif parts[0] == "done":
             log.finished = True
     return log
@@ -121,6 +121,9 @@ def build_ground_truth(scenario: Scenario, logs: dict[int, RankLog]) -> dict[str
                     "enter_ns": r.enter_ns,
                     "entered_late_by_ms": late,
                     "sync_wait_ms": _ms(r.sync_wait_ns),
+                    "loader_ms": _ms(r.loader_ns),
+                    "alloc_ms": _ms(r.alloc_ns),
+                    "fwd_sync_ms": _ms(r.fwd_sync_ns),
                     "step_ms": _ms(r.end_ns - r.start_ns),
                     "cause": r.causes[0][0] if r.causes else None,
                     "injected": [{"kind": k, "ms": ms} for k, ms in r.causes],

@@ -7,9 +7,14 @@
  * a loss sync, backward kernels interleaved with bucketed all-reduces on the world communicator,
  * one all-reduce per extra (split) communicator, and a final stream sync. Rank 0 creates the
  * NCCL unique id and serves it on MASTER_ADDR:MASTER_PORT (as torch's TCPStore would); the others
- * fetch it there. The log records what the process really did: per step its start, the wall
- * time it entered the first all-reduce, the end of the final sync, how long that sync blocked,
- * and which faults fired.
+ * fetch it there. The log records what the process really did, measured around the library
+ * calls (wall-clock ns):
+ *
+ *   step K START ENTER END SYNC_WAIT LOADER ALLOC FWD_SYNC CAUSES
+ *
+ * ENTER is when the step's first all-reduce was called, SYNC_WAIT how long the final stream sync
+ * blocked, LOADER/ALLOC/FWD_SYNC the time spent fetching the batch, in cudaMalloc/cudaFree, and
+ * in the forward (loss) sync; CAUSES lists `kind:ms` of the faults that fired, or `-`.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -255,19 +260,23 @@ int main(int argc, char **argv) {
         wait_off_cpu(c.loader_us / 1000.0);
         double slow = 1.0;
         for (int i = 0; i < c.nfaults; i++) {
-            if (fired[i] <= 0) continue;
-            if (c.faults[i].kind == F_DATALOADER_STALL) wait_off_cpu(fired[i]);
-            if (c.faults[i].kind == F_ALLOC_STALL) fragment_cycle(&a, cache, fired[i]);
-            if (c.faults[i].kind == F_SLOW_GPU) slow += fired[i] * 1000.0 / c.compute_us;
+            if (fired[i] > 0 && c.faults[i].kind == F_DATALOADER_STALL) wait_off_cpu(fired[i]);
+            if (fired[i] > 0 && c.faults[i].kind == F_SLOW_GPU) slow += fired[i] * 1000.0 / c.compute_us;
         }
+        int64_t loaded = sim_realtime_ns();
+        for (int i = 0; i < c.nfaults; i++)
+            if (fired[i] > 0 && c.faults[i].kind == F_ALLOC_STALL) fragment_cycle(&a, cache, fired[i]);
         if (c.malloc_every > 0 && step % c.malloc_every == 0) {
             check(a.cudaFree(occasional), "cudaFree");
             check(a.cudaMalloc(&occasional, 16 << 20), "cudaMalloc");
         }
+        int64_t allocated = sim_realtime_ns();
         a.__rankechosim_set_gpu_slowdown(slow);
         check(a.cudaMemcpyAsync(batch, host_batch, 4 << 20, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
         for (int k = 0; k < n_fwd; k++) launch(&a, kernel_fwd, kernel_us, host_per_kernel, stream);
+        int64_t fwd_sync = sim_realtime_ns();
         check(a.cudaStreamSynchronize(stream), "cudaStreamSynchronize"); /* loss.item() */
+        fwd_sync = sim_realtime_ns() - fwd_sync;
         int64_t enter = 0;
         for (int k = 0, b = 0; k < n_bwd; k++) {
             launch(&a, kernel_bwd, kernel_us, host_per_kernel, stream);
@@ -292,8 +301,9 @@ int main(int argc, char **argv) {
         int64_t sync_start = sim_realtime_ns();
         check(a.cudaStreamSynchronize(stream), "cudaStreamSynchronize");
         int64_t end = sim_realtime_ns();
-        printf("step %d %lld %lld %lld %lld %s\n", step, (long long)start, (long long)enter, (long long)end,
-               (long long)(end - sync_start), *causes ? causes : "-");
+        printf("step %d %lld %lld %lld %lld %lld %lld %lld %s\n", step, (long long)start, (long long)enter,
+               (long long)end, (long long)(end - sync_start), (long long)(loaded - start),
+               (long long)(allocated - loaded), (long long)fwd_sync, *causes ? causes : "-");
         fflush(stdout);
     }
     for (int i = c.nsplits - 1; i >= 0; i--) check(a.ncclCommDestroy(subs[i]), "ncclCommDestroy");
