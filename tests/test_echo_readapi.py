@@ -1,0 +1,92 @@
+"""The read API on the store's own DuckDB instance: one read-only statement, a timeout that really
+interrupts DuckDB, row and byte caps; and ``rankecho query`` on a store no Echo holds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from echo_helpers import TEST_TOKEN, grpc_export, node_request
+
+from echo.app import Echo
+from echo.store.readcheck import ReadOnlyViolation
+from echo.store.reader import QueryError, QueryTimeoutError, Reader
+
+
+@pytest.fixture
+def filled(echo_inproc: Echo) -> Echo:
+    grpc_export(echo_inproc.grpc_address or "", node_request("n1", 2000), TEST_TOKEN)
+    return echo_inproc
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "INSERT INTO events (event_id) VALUES ('x')",
+        "DELETE FROM events",
+        "DROP TABLE events",
+        "CREATE TABLE t AS SELECT 1",
+        "SELECT 1; DELETE FROM events",
+        "COPY events TO '/tmp/x.csv'",
+        "ATTACH '/tmp/other.db'",
+        "SET threads = 1",
+    ],
+)
+def test_refuses_writes_and_multiple_statements(filled: Echo, sql: str) -> None:
+    with pytest.raises(ReadOnlyViolation):
+        filled.reader.query(sql)
+    assert filled.reader.query("SELECT count(*) FROM events").rows == [(2000,)]
+
+
+def test_read_only_transaction_stops_writes_even_past_the_check(filled: Echo) -> None:
+    unchecked = Reader(filled.reader._con, check=lambda sql: sql)
+    with pytest.raises(QueryError, match="read-only"):
+        unchecked.query("DELETE FROM events")
+    assert filled.reader.query("SELECT count(*) FROM events").rows == [(2000,)]
+
+
+def test_timeout_interrupts_a_running_query(filled: Echo) -> None:
+    started = time.monotonic()
+    slow = "SELECT count(*) FROM events a, events b, events c WHERE a.value_double < b.value_double + c.rank"
+    with pytest.raises(QueryTimeoutError, match=r"0\.3 s"):
+        filled.reader.query(slow, timeout_s=0.3)
+    assert time.monotonic() - started < 5
+    assert filled.reader.query("SELECT count(*) FROM events").rows == [(2000,)]  # the store is fine after
+
+
+def test_row_and_byte_caps_truncate_and_say_so(filled: Echo) -> None:
+    result = filled.reader.query("SELECT event_id FROM events", max_rows=5)
+    assert len(result.rows) == 5 and result.truncated and result.truncated_by == "max_rows"
+    result = filled.reader.query("SELECT attrs_json, event_id FROM events", max_bytes=1000)
+    assert 0 < len(result.rows) < 30 and result.truncated_by == "max_bytes"
+    full = filled.reader.query("SELECT count(*) AS n FROM events")
+    assert not full.truncated and full.columns == ["n"]
+
+
+def test_reads_see_commits_while_echo_keeps_writing(filled: Echo) -> None:
+    for i in range(3):
+        grpc_export(filled.grpc_address or "", node_request(f"m{i}", 10), TEST_TOKEN)
+        assert filled.reader.query("SELECT count(*) FROM events").rows == [(2000 + 10 * (i + 1),)]
+
+
+def test_query_cli_on_a_stopped_store(filled: Echo) -> None:
+    db = str(filled.settings.db_path)
+    filled.stop()
+    cmd = [sys.executable, "-m", "rankecho", "query", "--db", db]
+    out = subprocess.run(
+        [*cmd, "--json", "SELECT node_id, count(*) AS n FROM events GROUP BY 1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"columns": ["node_id", "n"], "rows": [["n1", 2000]], "truncated": False}
+    table = subprocess.run(
+        [*cmd, "SELECT count(*) AS n FROM events"], capture_output=True, text=True, timeout=60
+    )
+    assert table.stdout.splitlines() == ["n", "2000"]
+    refused = subprocess.run([*cmd, "DELETE FROM events"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "rankecho query:" in refused.stderr
