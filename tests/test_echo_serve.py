@@ -5,15 +5,23 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+import duckdb
+import grpc
+import pyarrow as pa
 import pytest
 from echo_helpers import TEST_TOKEN, grpc_export, node_request
 
 from echo.store.lock import StoreLock, StoreLockedError
 from echo.stress.server import EchoProcess
+from shared import contract as c
+from shared.otlp import Point, metrics_request
 
 RANKECHO = [sys.executable, "-m", "rankecho"]
 
@@ -66,3 +74,38 @@ def test_kill_9_releases_the_lock(tmp_path: Path) -> None:
         pass
     with EchoProcess(db, token=TEST_TOKEN) as again:
         grpc_export(again.otlp_grpc, node_request("n1", 5), TEST_TOKEN)
+
+
+def test_sigterm_drains_and_every_acknowledged_event_is_stored(echo_process: EchoProcess) -> None:
+    acked: list[str] = []
+    failed = threading.Event()
+
+    def produce(p: int) -> None:
+        for k in range(10_000):
+            ids = [f"p{p}-{k}-{i}" for i in range(200)]
+            now = time.time_ns()
+            points = [Point(c.M_HEALTH, now + i, 0.5, {c.EVENT_ID: e}) for i, e in enumerate(ids)]
+            try:
+                grpc_export(echo_process.otlp_grpc, metrics_request({"node_id": f"n{p}"}, points), TEST_TOKEN)
+            except grpc.RpcError:
+                failed.set()
+                return
+            acked.extend(ids)
+
+    producers = [threading.Thread(target=produce, args=(p,)) for p in range(4)]
+    for t in producers:
+        t.start()
+    while len(acked) < 2000:
+        time.sleep(0.05)
+    assert echo_process.proc is not None
+    echo_process.proc.send_signal(signal.SIGTERM)
+    for t in producers:
+        t.join(30)
+    assert failed.is_set() and echo_process.stop() == 0
+    with duckdb.connect(str(echo_process.db), read_only=True) as con:
+        con.register("acked", pa.table({"event_id": acked}))
+        missing = "SELECT count(*) FROM acked WHERE event_id NOT IN (SELECT event_id FROM events)"
+        assert con.execute(missing).fetchone() == (0,)
+        counts = con.execute("SELECT count(*), count(DISTINCT event_id) FROM events").fetchone()
+        total, distinct = counts or (0, 0)
+    assert total == distinct >= len(acked)

@@ -1,0 +1,75 @@
+"""Schema and migrations, the store lock, and the ops endpoints of a running Echo."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+import httpx
+import pytest
+from echo_helpers import TEST_TOKEN, grpc_export, node_request
+
+from echo.app import Echo
+from echo.store.lock import StoreLock, StoreLockedError, is_locked
+from echo.store.migrate import SchemaTooNewError, available, migrate
+
+
+def test_migrations_apply_once_in_order_and_record_the_version(tmp_path: Path) -> None:
+    versions = [m.version for m in available()]
+    assert versions == sorted(versions) and versions[0] == 1
+    with duckdb.connect(str(tmp_path / "s.db")) as con:
+        assert migrate(con) == versions[-1]
+        assert migrate(con) == versions[-1]  # idempotent
+        assert con.execute("SELECT version FROM schema_version ORDER BY 1").fetchall() == [
+            (v,) for v in versions
+        ]
+        indexes = {
+            r[0]
+            for r in con.execute(
+                "SELECT index_name FROM duckdb_indexes() WHERE table_name = 'events'"
+            ).fetchall()
+        }
+        assert {"events_cluster_time", "events_node_time"} <= indexes
+        columns = [r[0] for r in con.execute("DESCRIBE events").fetchall()]
+        for seed_column in ("timestamp_ns", "cluster_id", "node_id", "metric_name", "rank", "nranks",
+                            "value_double", "value_int", "attrs_json"):  # fmt: skip
+            assert seed_column in columns
+
+
+def test_a_store_newer_than_this_echo_is_refused(tmp_path: Path) -> None:
+    with duckdb.connect(str(tmp_path / "s.db")) as con:
+        migrate(con)
+        con.execute("INSERT INTO schema_version VALUES (999, '999_future.sql', 0)")
+        with pytest.raises(SchemaTooNewError, match="upgrade rankecho"):
+            migrate(con)
+
+
+def test_lock_is_exclusive_and_names_the_holder(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    with StoreLock(db):
+        assert is_locked(db)
+        with pytest.raises(StoreLockedError) as info:
+            StoreLock(db).acquire()
+        assert f"pid {os.getpid()}" in str(info.value)
+    assert not is_locked(db)
+
+
+def test_ops_endpoints(echo_inproc: Echo) -> None:
+    base = f"http://{echo_inproc.http_address}"
+    assert httpx.get(f"{base}/healthz").status_code == 200
+    assert httpx.get(f"{base}/readyz").status_code == 200
+    request = node_request("n1", 40)
+    grpc_export(echo_inproc.grpc_address or "", request, TEST_TOKEN)
+    grpc_export(echo_inproc.grpc_address or "", request, TEST_TOKEN)
+    text = httpx.get(f"{base}/metrics").text
+    lines = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+    assert lines['rankecho_echo_received_total{signal="metric"}'] == "80"
+    assert lines["rankecho_echo_committed_total"] == "40"
+    assert lines["rankecho_echo_duplicates_skipped_total"] == "40"
+    assert lines["rankecho_echo_queue_rows"] == "0"
+    assert lines["rankecho_echo_commit_seconds_count"] == "2"
+    assert lines['rankecho_echo_batch_rows_bucket{le="100"}'] == "2"
+    assert httpx.get(f"{base}/nope").status_code == 404
+    echo_inproc.writer.stop()
+    assert httpx.get(f"{base}/readyz").status_code == 503
