@@ -1,0 +1,283 @@
+"""What each MCP tool computes, independent of MCP: named queries in, bounded JSON-shaped dicts out.
+
+Every read goes through the store's :class:`echo.store.reader.Reader` (read-only transaction, timeout
+that interrupts DuckDB, row/byte caps, and the SQL guard inside ``check_read_only``); the caller's SQL
+in :meth:`Investigation.run_analysis` is also guarded here, at the boundary. Errors a caller can fix
+are :class:`InvestigationError` with a message that says how.
+
+Usage::
+
+    inv = Investigation(reader, load_rates())
+    inv.summary("last 5m")["nodes"]
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from echo.guard import Refused, check_sql, safe_message
+from echo.mcp.rates import Rates
+from echo.mcp.sanitize import cap_rows, clean_text, json_safe, parse_attrs
+from echo.mcp.windows import Anchor, Window, WindowError, iso, parse_window
+from echo.queries import QUERIES
+from echo.store.readcheck import ReadOnlyViolation
+from echo.store.reader import QueryError, QueryResult, QueryTimeoutError, Reader
+
+MAX_LIMIT = 10_000
+"""No tool returns more rows than this, whatever ``limit`` asks for."""
+EVIDENCE_EVENTS = 5
+"""Lowest events below the cutoff listed per node by find_outlier_nodes."""
+
+
+class InvestigationError(ValueError):
+    """A request the tools cannot answer as given; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_bytes: int = 1_000_000
+    """Largest JSON result (rows) a tool returns; past it rows are dropped and ``truncated`` is set."""
+    timeout_s: float = 10.0
+    """Per query; DuckDB is interrupted when it runs longer."""
+
+
+class Investigation:
+    """The tools' core. Thread-safe: the reader gives every query its own cursor."""
+
+    def __init__(
+        self,
+        reader: Reader,
+        rates: Rates,
+        limits: Limits = Limits(),
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.reader = reader
+        self._rates = rates
+        self._limits = limits
+        self._clock_ns = clock_ns
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    def _run(self, name: str, max_rows: int = MAX_LIMIT, **params: Any) -> QueryResult:
+        query = QUERIES[name]
+        if "max_rows" in query.params:
+            params["max_rows"] = max_rows + 1  # one extra row tells us more exist
+        try:
+            return self.reader.query(
+                query.sql,
+                query.bind(**params),
+                timeout_s=self._limits.timeout_s,
+                max_rows=max_rows,
+                max_bytes=self._limits.max_bytes,
+            )
+        except QueryTimeoutError:
+            raise InvestigationError(
+                f"the query ran past {self._limits.timeout_s:g} s: narrow the window or add filters"
+            ) from None
+        except (QueryError, ReadOnlyViolation) as exc:
+            raise InvestigationError(safe_message(exc)) from None
+
+    def _window(self, text: str | None) -> Window:
+        try:
+            if text is None or not text.strip():
+                return Window(None, None)
+            row = self._run("window_anchor").rows[0]
+            return parse_window(text, Anchor(row[0], row[1]))
+        except WindowError as exc:
+            raise InvestigationError(str(exc)) from None
+
+    def _records(self, result: QueryResult) -> tuple[list[dict[str, Any]], bool]:
+        rows = [
+            dict(zip(unique_names(result.columns), map(json_safe, row), strict=True)) for row in result.rows
+        ]
+        kept, cut = cap_rows(rows, self._limits.max_bytes)
+        return kept, cut or result.truncated
+
+    # -- tools ------------------------------------------------------------------------------------
+    def summary(self, window: str | None = None) -> dict[str, Any]:
+        w = self._window(window)
+        bounds: dict[str, Any] = {"start_ns": w.start_ns, "end_ns": w.end_ns}
+        totals_row, _ = self._records(self._run("summary_totals", **bounds))
+        totals = totals_row[0]
+        totals["first"], totals["last"] = iso(totals["first_ns"]), iso(totals["last_ns"])
+        nodes, nodes_cut = self._records(self._run("summary_nodes", now_ns=self._clock_ns(), **bounds))
+        metrics, metrics_cut = self._records(self._run("summary_metrics", **bounds))
+        for node in nodes:
+            node["last"] = iso(node["last_ns"])
+        clusters: dict[str | None, dict[str, Any]] = {}
+        for node in nodes:
+            entry = clusters.setdefault(
+                node["cluster_id"], {"cluster_id": node["cluster_id"], "nodes": 0, "events": 0}
+            )
+            entry["nodes"] += 1
+            entry["events"] += node["events"]
+        return {
+            "window": w.describe(),
+            "totals": totals,
+            "clusters": list(clusters.values()),
+            "nodes": nodes,
+            "metrics": metrics,
+            "truncated": nodes_cut or metrics_cut,
+        }
+
+    def event_history(
+        self,
+        cluster_id: str | None = None,
+        node_id: str | None = None,
+        rank: int | None = None,
+        metric_name: str | None = None,
+        window: str | None = None,
+        limit: int = 1000,
+    ) -> dict[str, Any]:
+        w = self._window(window)
+        limit = _bounded_limit(limit)
+        result = self._run(
+            "event_history",
+            max_rows=limit,
+            start_ns=w.start_ns,
+            end_ns=w.end_ns,
+            cluster_id=cluster_id,
+            node_id=node_id,
+            rank=rank,
+            metric_name=metric_name,
+        )
+        events = []
+        for row in result.rows:
+            record = dict(zip(result.columns, row, strict=True))
+            attrs, attrs_cut = parse_attrs(record.pop("attrs_json"))
+            event = {k: json_safe(v) for k, v in record.items()}
+            event["time"] = iso(record["timestamp_ns"])
+            event["attrs"] = attrs
+            if attrs_cut:
+                event["attrs_truncated"] = True
+            events.append(event)
+        kept, cut = cap_rows(events, self._limits.max_bytes)
+        return {
+            "window": w.describe(),
+            "filters": json_safe(
+                {"cluster_id": cluster_id, "node_id": node_id, "rank": rank, "metric_name": metric_name}
+            ),
+            "events": kept,
+            "count": len(kept),
+            "truncated": cut or result.truncated,
+        }
+
+    def find_outlier_nodes(
+        self,
+        metric: str,
+        window: str | None = None,
+        threshold: float | None = None,
+        method: Literal["threshold", "mad"] = "threshold",
+        cluster_id: str | None = None,
+    ) -> dict[str, Any]:
+        if method not in ("threshold", "mad"):
+            raise InvestigationError(
+                "method must be 'threshold' (value cutoff) or 'mad' (peers' median - k*MAD)"
+            )
+        if method == "threshold" and threshold is None:
+            method, threshold = "mad", 3.0
+        k = 3.0 if threshold is None else float(threshold)
+        w = self._window(window)
+        result = self._run(
+            "node_outliers",
+            metric=metric,
+            method=method,
+            threshold=k,
+            evidence=EVIDENCE_EVENTS,
+            cluster_id=cluster_id,
+            start_ns=w.start_ns,
+            end_ns=w.end_ns,
+        )
+        nodes, cut = self._records(result)
+        for node in nodes:
+            node["below_fraction"] = node["below"] / node["events"] if node["events"] else 0.0
+            node["outlier"] = _is_outlier(node, method)
+            node["evidence"] = node["evidence"] or []
+            for event in node["evidence"]:
+                event["time"] = iso(event["timestamp_ns"])
+        return {
+            "window": w.describe(),
+            "metric": clean_text(metric, 256),
+            "method": method,
+            "threshold" if method == "threshold" else "k": k,
+            "outliers": [n["node_id"] for n in nodes if n["outlier"]],
+            "nodes": nodes,
+            "truncated": cut,
+        }
+
+    def run_analysis(self, sql: str, limit: int = 1000) -> dict[str, Any]:
+        try:
+            statement = check_sql(sql)
+        except Refused as refused:
+            raise InvestigationError(str(refused)) from None
+        limit = _bounded_limit(limit)
+        try:
+            result = self.reader.query(
+                statement, timeout_s=self._limits.timeout_s, max_rows=limit, max_bytes=self._limits.max_bytes
+            )
+        except QueryTimeoutError:
+            raise InvestigationError(
+                f"the query ran past {self._limits.timeout_s:g} s and was stopped: add a WHERE on "
+                "timestamp_ns, node_id or metric_name, or aggregate before returning rows"
+            ) from None
+        except (QueryError, ReadOnlyViolation) as exc:
+            raise InvestigationError(safe_message(exc)) from None
+        rows, cut = self._records(result)
+        return {
+            "columns": unique_names(result.columns),
+            "rows": rows,
+            "row_count": len(rows),
+            "truncated": cut,
+            "elapsed_ms": round(result.elapsed_ms, 3),
+        }
+
+    def get_cost(self, window: str | None = None, cluster_id: str | None = None) -> dict[str, Any]:
+        w = self._window(window)
+        result = self._run("gpu_hours", start_ns=w.start_ns, end_ns=w.end_ns, cluster_id=cluster_id)
+        rows, cut = self._records(result)
+        total_hours = total_cost = 0.0
+        for row in rows:
+            rate, key = self._rates.rate_for(row["gpu_model"])
+            row["rate_per_gpu_hour"], row["rate_key"] = rate, key
+            row["cost"] = round(row["gpu_hours"] * rate, 6)
+            total_hours += row["gpu_hours"]
+            total_cost += row["cost"]
+        return {
+            "window": w.describe(),
+            "currency": self._rates.currency,
+            "rates_source": self._rates.source,
+            "default_rate_per_gpu_hour": self._rates.default_per_gpu_hour,
+            "rows": rows,
+            "total_gpu_hours": round(total_hours, 6),
+            "total_cost": round(total_cost, 6),
+            "truncated": cut,
+        }
+
+
+def _is_outlier(node: dict[str, Any], method: str) -> bool:
+    if method == "mad":
+        return (
+            node["median_value"] is not None
+            and node["cutoff"] is not None
+            and node["median_value"] < node["cutoff"]
+        )
+    return bool(node["below"])
+
+
+def _bounded_limit(limit: int) -> int:
+    if not isinstance(limit, int) or limit < 1:
+        raise InvestigationError(f"limit must be a whole number from 1 to {MAX_LIMIT}")
+    return min(limit, MAX_LIMIT)
+
+
+def unique_names(columns: Sequence[str]) -> list[str]:
+    """Column names made unique (``x``, ``x_2``, ...) and cleaned, so rows can be JSON objects."""
+    seen: dict[str, int] = {}
+    names = []
+    for column in columns:
+        base = clean_text(str(column), 128) or "column"
+        seen[base] = seen.get(base, 0) + 1
+        names.append(base if seen[base] == 1 else f"{base}_{seen[base]}")
+    return names

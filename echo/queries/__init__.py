@@ -1,0 +1,68 @@
+"""Named SQL queries (aiosql-style ``-- name: x`` blocks in ``*.sql`` files next to this module).
+
+The comment lines right under a name are that query's docstring. Tools call queries by name and bind
+``$name`` parameters; none of them builds SQL text.
+
+Usage::
+
+    q = QUERIES["event_history"]
+    reader.query(q.sql, q.bind(start_ns=None, end_ns=None, ...))
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_PARAM = re.compile(r"\$([A-Za-z_]\w*)")
+
+
+@dataclass(frozen=True)
+class NamedQuery:
+    name: str
+    sql: str
+    doc: str
+    params: frozenset[str]
+
+    def bind(self, **values: Any) -> dict[str, Any]:
+        """The parameter dict for this query; every ``$param`` must be given, and nothing else."""
+        missing = sorted(self.params - values.keys())
+        extra = sorted(values.keys() - self.params)
+        if missing or extra:
+            raise KeyError(f"query {self.name}: missing parameters {missing}, unknown parameters {extra}")
+        return values
+
+
+def parse_named(text: str) -> dict[str, NamedQuery]:
+    """``-- name: x`` blocks -> {x: NamedQuery}; text before the first name is the file's header."""
+    marks = list(_NAME.finditer(text))
+    queries: dict[str, NamedQuery] = {}
+    for mark, nxt in zip(marks, [*marks[1:], None], strict=True):
+        lines = text[mark.end() : nxt.start() if nxt else len(text)].strip().splitlines()
+        doc_lines = []
+        while lines and lines[0].startswith("--"):
+            doc_lines.append(lines.pop(0).removeprefix("--").strip())
+        sql = "\n".join(lines).strip().removesuffix(";").rstrip()
+        name = mark.group(1)
+        if name in queries:
+            raise ValueError(f"query name {name!r} is defined twice")
+        queries[name] = NamedQuery(name, sql, " ".join(doc_lines), frozenset(_PARAM.findall(sql)))
+    return queries
+
+
+def load_dir(folder: Path) -> Mapping[str, NamedQuery]:
+    """Every named query of every ``*.sql`` file in ``folder``; a name must be unique across files."""
+    queries: dict[str, NamedQuery] = {}
+    for path in sorted(folder.glob("*.sql")):
+        for name, query in parse_named(path.read_text(encoding="utf-8")).items():
+            if name in queries:
+                raise ValueError(f"query name {name!r} is defined in more than one file of {folder}")
+            queries[name] = query
+    return queries
+
+
+QUERIES: Mapping[str, NamedQuery] = load_dir(Path(__file__).resolve().parent)

@@ -1,0 +1,60 @@
+-- Example investigation queries, served to agents in the schema resource (rankecho://schema) so they
+-- write correct SQL on the first try. The first four are the fan-in proof's queries, verbatim.
+
+-- name: example_per_node_events
+-- Events per (cluster, node): every producer node shows exactly its events.
+SELECT cluster_id, node_id, COUNT(*) AS events
+FROM events
+GROUP BY cluster_id, node_id
+ORDER BY node_id;
+
+-- name: example_causal_chains
+-- Distinct causal-chain markers stored: none lost, none merged.
+SELECT COUNT(DISTINCT json_extract_string(attrs_json, '$.causal_chain_id')) AS chains
+FROM events
+WHERE attrs_json LIKE '%causal_chain_id%';
+
+-- name: example_stragglers_per_node
+-- Health-score events under 0.40 per node: the straggler signal.
+SELECT node_id, COUNT(*) AS straggler_events
+FROM events
+WHERE value_double < 0.40
+GROUP BY node_id;
+
+-- name: example_health_quantiles
+-- Median and p95 health by node: a stalled node's median sits below its peers'.
+SELECT node_id,
+       quantile_cont(value_double, 0.5)  AS median_health,
+       quantile_cont(value_double, 0.95) AS p95_health
+FROM events
+GROUP BY node_id;
+
+-- name: example_slowest_rank_per_collective
+-- Per collective instance (causal_chain_id), the rank that entered last and how far behind the first.
+SELECT causal_chain_id,
+       arg_max(rank, timestamp_ns) AS last_rank,
+       (max(timestamp_ns) - min(timestamp_ns)) / 1e6 AS spread_ms,
+       count(*) AS ranks_seen
+FROM events
+WHERE metric_name = 'rankecho.nccl.collective' AND causal_chain_id IS NOT NULL
+GROUP BY causal_chain_id
+ORDER BY spread_ms DESC
+LIMIT 20;
+
+-- name: example_per_minute_health
+-- Per-minute mean health by node over the newest hour of data.
+SELECT node_id,
+       to_timestamp(timestamp_ns // 60000000000 * 60) AS minute,
+       avg(value_double) AS mean_health
+FROM events
+WHERE metric_name = 'rankecho.health.score'
+  AND timestamp_ns >= (SELECT max(timestamp_ns) FROM events) - 3600000000000
+GROUP BY ALL
+ORDER BY minute, node_id;
+
+-- name: example_attribute_lookup
+-- Reading an attribute whose key contains dots: quote the key inside the JSON path.
+SELECT node_id, json_extract_string(attrs_json, '$."rankecho.gpu.model"') AS gpu_model, count(*) AS events
+FROM events
+GROUP BY ALL
+ORDER BY events DESC;

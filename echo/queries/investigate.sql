@@ -1,0 +1,164 @@
+-- Named queries behind the MCP investigation tools. Each runs unchanged in the duckdb CLI once its
+-- $parameters are bound; a NULL window bound ($start_ns / $end_ns) means "unbounded on that side",
+-- a NULL filter means "any". Every statement passes the same SQL guard as a caller's query.
+
+-- name: window_anchor
+-- The newest event time and the start of its UTC day (ns): "last 5m" and "14:30-14:35" are resolved
+-- against these, so an offline store answers the same as a live one.
+SELECT max(timestamp_ns) AS latest_ns,
+       (max(timestamp_ns) // 86400000000000) * 86400000000000 AS latest_day_ns
+FROM events;
+
+-- name: summary_totals
+-- One row: events, clusters, nodes, ranks (distinct cluster/node/rank triples), metrics, time range.
+SELECT count(*) AS events,
+       count(DISTINCT cluster_id) AS clusters,
+       count(DISTINCT node_id) AS nodes,
+       count(DISTINCT (cluster_id, node_id, rank)) FILTER (WHERE rank IS NOT NULL) AS ranks,
+       count(DISTINCT metric_name) AS metrics,
+       min(timestamp_ns) AS first_ns,
+       max(timestamp_ns) AS last_ns
+FROM events
+WHERE ($start_ns IS NULL OR timestamp_ns >= $start_ns)
+  AND ($end_ns IS NULL OR timestamp_ns < $end_ns);
+
+-- name: summary_nodes
+-- Per node: events, ranks seen, first/last event, and staleness = seconds from the node's last event to
+-- $now_ns (Echo's clock) and to the newest event of any node (a stalled node lags its peers).
+WITH w AS (
+    SELECT cluster_id, node_id, rank, timestamp_ns
+    FROM events
+    WHERE ($start_ns IS NULL OR timestamp_ns >= $start_ns)
+      AND ($end_ns IS NULL OR timestamp_ns < $end_ns)
+)
+SELECT cluster_id,
+       node_id,
+       count(*) AS events,
+       list(DISTINCT rank ORDER BY rank) FILTER (WHERE rank IS NOT NULL) AS ranks,
+       min(timestamp_ns) AS first_ns,
+       max(timestamp_ns) AS last_ns,
+       ($now_ns - max(timestamp_ns)) / 1e9 AS stale_s,
+       (max(max(timestamp_ns)) OVER () - max(timestamp_ns)) / 1e9 AS behind_newest_s
+FROM w
+GROUP BY cluster_id, node_id
+ORDER BY cluster_id, node_id
+LIMIT $max_rows;
+
+-- name: summary_metrics
+-- Per metric (and signal): events, nodes reporting it, time range.
+SELECT metric_name,
+       signal,
+       count(*) AS events,
+       count(DISTINCT node_id) AS nodes,
+       min(timestamp_ns) AS first_ns,
+       max(timestamp_ns) AS last_ns
+FROM events
+WHERE ($start_ns IS NULL OR timestamp_ns >= $start_ns)
+  AND ($end_ns IS NULL OR timestamp_ns < $end_ns)
+GROUP BY metric_name, signal
+ORDER BY events DESC, metric_name
+LIMIT $max_rows;
+
+-- name: event_history
+-- Time-ordered events matching every given filter (NULL = any), oldest first, at most $max_rows.
+-- The value is value_double, else value_int.
+SELECT timestamp_ns,
+       cluster_id,
+       node_id,
+       rank,
+       nranks,
+       signal,
+       metric_name,
+       coalesce(value_double, value_int) AS value,
+       causal_chain_id,
+       attrs_json
+FROM events
+WHERE ($start_ns IS NULL OR timestamp_ns >= $start_ns)
+  AND ($end_ns IS NULL OR timestamp_ns < $end_ns)
+  AND ($cluster_id IS NULL OR cluster_id = $cluster_id)
+  AND ($node_id IS NULL OR node_id = $node_id)
+  AND ($rank IS NULL OR rank = $rank)
+  AND ($metric_name IS NULL OR metric_name = $metric_name)
+ORDER BY timestamp_ns, node_id, rank, event_id
+LIMIT $max_rows;
+
+-- name: node_outliers
+-- Nodes ranked by how far below their peers they are on one metric. $method is 'threshold' (cutoff =
+-- $threshold) or 'mad' (cutoff = peers' median - $threshold * MAD * 1.4826, where a node's peers are
+-- every other node's events in the window). Per node: count, min/median/p95, the cutoff, how many
+-- events fall below it, a robust z-score of the node's median against its peers, and the lowest
+-- events below the cutoff as evidence.
+WITH w AS (
+    SELECT cluster_id, node_id, rank, timestamp_ns, causal_chain_id,
+           coalesce(value_double, value_int) AS value
+    FROM events
+    WHERE metric_name = $metric
+      AND ($start_ns IS NULL OR timestamp_ns >= $start_ns)
+      AND ($end_ns IS NULL OR timestamp_ns < $end_ns)
+      AND ($cluster_id IS NULL OR cluster_id = $cluster_id)
+      AND coalesce(value_double, value_int) IS NOT NULL
+),
+nodes AS (
+    SELECT cluster_id, node_id,
+           count(*) AS events,
+           min(value) AS min_value,
+           quantile_cont(value, 0.5) AS median_value,
+           quantile_cont(value, 0.95) AS p95_value
+    FROM w
+    GROUP BY cluster_id, node_id
+),
+peer_median AS (
+    SELECT n.cluster_id, n.node_id, quantile_cont(w.value, 0.5) AS peer_median
+    FROM nodes n JOIN w ON (w.cluster_id, w.node_id) IS DISTINCT FROM (n.cluster_id, n.node_id)
+    GROUP BY n.cluster_id, n.node_id
+),
+peer_mad AS (
+    SELECT p.cluster_id, p.node_id, p.peer_median,
+           quantile_cont(abs(w.value - p.peer_median), 0.5) AS peer_mad
+    FROM peer_median p JOIN w ON (w.cluster_id, w.node_id) IS DISTINCT FROM (p.cluster_id, p.node_id)
+    GROUP BY p.cluster_id, p.node_id, p.peer_median
+),
+cut AS (
+    SELECT n.*, m.peer_median, m.peer_mad,
+           CASE WHEN $method = 'mad' THEN m.peer_median - $threshold * m.peer_mad * 1.4826
+                ELSE $threshold END AS cutoff
+    FROM nodes n LEFT JOIN peer_mad m USING (cluster_id, node_id)
+)
+SELECT c.cluster_id,
+       c.node_id,
+       c.events,
+       c.min_value,
+       c.median_value,
+       c.p95_value,
+       c.peer_median,
+       c.peer_mad,
+       c.cutoff,
+       count(w.value) FILTER (WHERE w.value < c.cutoff) AS below,
+       (c.peer_median - c.median_value) / nullif(c.peer_mad * 1.4826, 0) AS robust_z,
+       list({'timestamp_ns': w.timestamp_ns, 'rank': w.rank, 'value': w.value,
+             'causal_chain_id': w.causal_chain_id} ORDER BY w.value, w.timestamp_ns)
+           FILTER (WHERE w.value < c.cutoff)[1:$evidence] AS evidence
+FROM cut c JOIN w USING (cluster_id, node_id)
+GROUP BY ALL
+ORDER BY below DESC, median_value, cluster_id, node_id
+LIMIT $max_rows;
+
+-- name: gpu_hours
+-- Observed GPU time per (cluster, node, GPU model): each (node, rank) is one GPU, observed from its
+-- first to its last event in the window; the model is the rankecho.gpu.model attribute (NULL when no
+-- event of that GPU carries it).
+WITH gpus AS (
+    SELECT cluster_id, node_id, rank,
+           max(json_extract_string(attrs_json, '$."rankecho.gpu.model"')) AS gpu_model,
+           (max(timestamp_ns) - min(timestamp_ns)) / 3.6e12 AS hours
+    FROM events
+    WHERE ($start_ns IS NULL OR timestamp_ns >= $start_ns)
+      AND ($end_ns IS NULL OR timestamp_ns < $end_ns)
+      AND ($cluster_id IS NULL OR cluster_id = $cluster_id)
+    GROUP BY cluster_id, node_id, rank
+)
+SELECT cluster_id, node_id, gpu_model, count(*) AS gpus, sum(hours) AS gpu_hours
+FROM gpus
+GROUP BY cluster_id, node_id, gpu_model
+ORDER BY cluster_id, node_id, gpu_model
+LIMIT $max_rows;
