@@ -1,8 +1,8 @@
 """The schema an agent needs to write correct SQL first time: tables, columns, meanings, units, examples.
 
 Served as the MCP resource ``rankecho://schema``. Column names and types come from the live database
-(so a migration cannot leave this stale); meanings and units are written here; examples are the
-named ``example_*`` queries in ``echo/queries/examples.sql``.
+(so a migration cannot leave this stale); meanings and units are written here; examples are the fan-in
+proof's four queries and the named ``example_*`` queries in ``echo/queries/examples.sql``.
 
 Usage::
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from echo.queries import QUERIES
+from echo.queries import QUERIES, seed_examples
 from echo.store.reader import Reader
 from shared import contract
 
@@ -65,8 +65,7 @@ def schema_document(reader: Reader) -> dict[str, Any]:
     )
     examples = [
         {"name": q.name.removeprefix("example_"), "purpose": q.doc, "sql": q.sql}
-        for q in QUERIES.values()
-        if q.name.startswith("example_")
+        for q in [*seed_examples(), *(q for q in QUERIES.values() if q.name.startswith("example_"))]
     ]
     return {
         "guide": GUIDE,

@@ -66,3 +66,12 @@ def load_dir(folder: Path) -> Mapping[str, NamedQuery]:
 
 
 QUERIES: Mapping[str, NamedQuery] = load_dir(Path(__file__).resolve().parent)
+FANIN_FILE = Path(__file__).resolve().parent.parent / "stress" / "fanin.sql"
+"""The fan-in proof's four queries (plus checks) live with the stress tool; agents get them as examples."""
+SEED_EXAMPLES = ("per_node_events", "chains", "stragglers", "health_quantiles")
+
+
+def seed_examples() -> list[NamedQuery]:
+    """The fan-in proof's four queries, verbatim, with their docstrings."""
+    named = parse_named(FANIN_FILE.read_text(encoding="utf-8"))
+    return [named[name] for name in SEED_EXAMPLES]
