@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from echo.mcp import cli as mcp_cli
 from echo.stress import cli as stress_cli
 
 
@@ -91,3 +92,4 @@ def register(subparsers: Any) -> None:
     add_serve(subparsers)
     add_query(subparsers)
     stress_cli.register(subparsers)
+    mcp_cli.register(subparsers)

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
-from echo.app import Echo
-from echo.settings import SettingsError, settings_from_args
+from echo.app import Echo, Service
+from echo.settings import Settings, SettingsError, settings_from_args
 from echo.store.lock import StoreLockedError
 
 log = logging.getLogger("echo")
+GPU_RATES_ENV = "RANKECHO_GPU_RATES"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -24,13 +27,14 @@ def main(args: argparse.Namespace) -> int:
     )
     try:
         settings = settings_from_args(args)
-    except SettingsError as exc:
+        services = _services(settings)
+    except (SettingsError, ValueError) as exc:
         print(f"rankecho serve: {exc}", file=sys.stderr)
         return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stop.set())
-    echo = Echo(settings)
+    echo = Echo(settings, services=services)
     try:
         echo.start()
     except StoreLockedError as exc:
@@ -46,3 +50,17 @@ def main(args: argparse.Namespace) -> int:
     echo.stop()
     log.info("stopped; every acknowledged event is committed")
     return 0
+
+
+def _services(settings: Settings) -> list[Service]:
+    """Front ends beside the receivers: MCP over streamable HTTP unless ``--mcp-http`` is empty.
+
+    GPU rates for ``fleet.cluster.get_cost`` come from ``$RANKECHO_GPU_RATES`` (a YAML file like
+    ``echo/mcp/gpu_rates.yaml``), else the bundled file; a bad file stops startup with the reason.
+    """
+    if settings.mcp_http is None:
+        return []
+    from echo.mcp.http import McpHttpService
+
+    rates = os.environ.get(GPU_RATES_ENV)
+    return [McpHttpService(settings.mcp_http, Path(rates) if rates else None)]

@@ -1,0 +1,65 @@
+"""``rankecho mcp --db PATH``: the same MCP tools over stdio, on a store file that no Echo holds.
+
+For desktop MCP clients and offline investigations of a copied store. The file is opened read-only
+and sealed (no files, URLs or extensions; settings locked), so the tools can read nothing else.
+
+Exit codes: 0 clean end of input, 1 bad file or settings, 3 store held by a running Echo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_TIMEOUT_S = 10.0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``rankecho mcp`` to the ``rankecho`` parser."""
+    p = subparsers.add_parser(
+        "mcp",
+        help="serve Echo's MCP tools over stdio on a store file (offline)",
+        description="Serve the fleet.cluster.* MCP tools over stdio on a DuckDB store that no Echo holds.",
+    )
+    p.add_argument("--db", required=True, metavar="PATH", help="the store file (Echo's --db)")
+    p.add_argument("--gpu-rates", metavar="FILE", help="GPU rates YAML (default: the bundled gpu_rates.yaml)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per query (default 10)")
+    p.add_argument("--memory-limit", default="2GB", help="DuckDB memory limit (default 2GB)")
+    p.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    import duckdb
+
+    from echo.guard.instance import open_sealed
+    from echo.mcp.rates import RatesError, load_rates
+    from echo.mcp.server import build_server
+    from echo.mcp.tools import Investigation, Limits
+    from echo.store.lock import is_locked, read_holder
+    from echo.store.reader import Reader
+
+    db = Path(args.db)
+    if is_locked(db):
+        print(
+            f"rankecho mcp: {db} is held by a running Echo (pid {read_holder(db)}); use that Echo's MCP "
+            "HTTP endpoint (/mcp), or stop it first",
+            file=sys.stderr,
+        )
+        return 3
+    try:
+        rates = load_rates(Path(args.gpu_rates) if args.gpu_rates else None)
+        con = open_sealed(db, args.memory_limit)
+    except (RatesError, FileNotFoundError) as exc:
+        print(f"rankecho mcp: {exc}", file=sys.stderr)
+        return 1
+    except duckdb.Error as exc:
+        print(f"rankecho mcp: cannot open {db}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        inv = Investigation(Reader(con, timeout_s=args.timeout), rates, Limits(timeout_s=args.timeout))
+        build_server(inv).run(transport="stdio", show_banner=False)
+    finally:
+        con.close()
+    return 0
