@@ -1,12 +1,14 @@
-"""docs/contract.md cannot drift from shared/contract.py or from the ``events`` migrations.
+"""docs/contract.md cannot drift from the wire-name modules or from the ``events`` migrations.
 
-Every wire-name constant must have a row naming it and its exact wire key (and no row may name a
+Every wire-name constant (``shared/contract.py``, and ``echo/ingest/keys.py`` for the keys Echo adds)
+must have a row naming it and its exact wire key (and no row may name a
 constant that is gone), the attribute -> column precedence must match ``COLUMN_SOURCES`` and
 ``PROMOTED_COPIES`` in order, and the ``events`` columns and types must match the migrations.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -37,8 +39,18 @@ def _code(cell: str) -> list[str]:
     return re.findall(r"`([^`]+)`", cell)
 
 
+WIRE_MODULES = ("shared.contract", "echo.ingest.keys")
+
+
 def wire_constants() -> dict[str, str]:
-    return {k: v for k, v in vars(contract).items() if k.isupper() and isinstance(v, str)}
+    """Constant name -> wire name, over every module that defines wire names."""
+    found: dict[str, str] = {}
+    for module in map(importlib.import_module, WIRE_MODULES):
+        for name, value in vars(module).items():
+            if name.isupper() and isinstance(value, str):
+                assert found.get(name, value) == value, f"{name} means two wire names"
+                found[name] = value
+    return found
 
 
 def constant_rows() -> dict[str, list[str]]:
