@@ -48,7 +48,7 @@ def lookup(tree: dict[str, Any], dotted: str) -> Any:
     return node
 
 
-def _inline(expr: str, vals: dict[str, Any]) -> str:
+def _inline(expr: str, vals: dict[str, Any], helpers: dict[str, str]) -> str:
     plain = _PLAIN_REF.match(expr)
     if plain:
         value = lookup(vals, plain.group(1))
@@ -57,6 +57,9 @@ def _inline(expr: str, vals: dict[str, Any]) -> str:
     if printf:
         text = re.sub(r"%[vsd]", str(lookup(vals, printf.group(2))), printf.group(1), count=1)
         return json.dumps(text)
+    include = re.fullmatch(r'include\s+"([^"]+)"\s+\.', expr)
+    if include and "{{" not in helpers.get(include.group(1), "{{"):
+        return helpers[include.group(1)]
     return PLACEHOLDER
 
 
@@ -71,26 +74,58 @@ def helper_bodies() -> dict[str, str]:
     return bodies
 
 
+def _condition(expr: str, vals: dict[str, Any]) -> bool | None:
+    """Truth of ``[not] .Values.a.b`` as Go templates judge it (missing is false); None otherwise."""
+    match = re.fullmatch(r"(not\s+)?\$?\.Values((?:\.\w+)+)", expr.strip())
+    if not match:
+        return None
+    try:
+        value = lookup(vals, match.group(2))
+    except KeyError:
+        value = None
+    return bool(value) != bool(match.group(1))
+
+
 def flatten(text: str, vals: dict[str, Any], helpers: dict[str, str] | None = None) -> str:
     """The template with actions removed or replaced, as described in the module docstring.
 
-    A line that is only ``include "name" ... | nindent N`` becomes the flattened helper body indented N.
+    ``if``/``else``/``with`` on a plain ``[not] .Values.x`` keep only the branch the values select
+    (other conditions keep every branch); a line that is only ``include "name" ... | nindent N``
+    becomes the flattened helper body indented N.
     """
     out: list[str] = []
+    blocks: list[list[bool | None]] = []  # per open block: [condition, branch already taken]
     for line in _COMMENT.sub("", text).splitlines():
         if line.strip() and not _ACTION.sub("", line).strip():
+            for action in _ACTION.findall(line):
+                word, _, rest = action.partition(" ")
+                if word in {"if", "with"}:
+                    blocks.append([_condition(rest, vals), None])
+                elif word in {"range", "define"}:
+                    blocks.append([None, None])
+                elif word == "else" and blocks:
+                    cond, _ = top = blocks[-1]
+                    taken = cond is True or top[1] is True
+                    new = _condition(rest[3:], vals) if rest.startswith("if ") else True
+                    top[:] = [False if taken else (None if cond is None else new), taken]
+                elif word == "end" and blocks:
+                    blocks.pop()
+            if any(cond is False for cond, _ in blocks):
+                continue
             inc = _INCLUDE_LINE.fullmatch(line.strip())
             if inc and helpers and inc.group(1) in helpers:
                 body = flatten(helpers[inc.group(1)], vals, helpers)
                 out.extend(" " * int(inc.group(2)) + b for b in body.splitlines() if b.strip())
             continue
-        out.append(_ACTION.sub(lambda m: _inline(m.group(1), vals), line))
+        if any(cond is False for cond, _ in blocks):
+            continue
+        out.append(_ACTION.sub(lambda m: _inline(m.group(1), vals, helpers or {}), line))
     return "\n".join(out) + "\n"
 
 
-def manifests() -> dict[str, dict[str, Any]]:
+def manifests(vals: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Every object the chart defines, flattened and parsed, keyed by kind (plus name suffix if repeated)."""
-    vals, helpers = values(), helper_bodies()
+    vals, helpers = vals or values(), helper_bodies()
     found: dict[str, dict[str, Any]] = {}
     for path in sorted(TEMPLATES.glob("*.yaml")):
         for doc in yaml.safe_load_all(flatten(path.read_text(), vals, helpers)):
@@ -175,8 +210,10 @@ def test_flatten_substitutes_values_and_marks_the_rest() -> None:
     vals = {"a": {"port": 4317, "name": "x"}}
     text = '{{- if .Values.a }}\nport: {{ .Values.a.port }}\nname: {{ .Values.a.name | quote }}\n'
     text += 'addr: {{ printf "0.0.0.0:%v" .Values.a.port | quote }}\nother: {{ include "n" . }}\n{{- end }}\n'
+    text += '{{- if not .Values.a.port }}\nnot_taken: 1\n{{- else }}\nelse_taken: 1\n{{- end }}\n'
+    text += '{{- if .Values.b }}\nb: 1\n{{- end }}\n{{- with .Values.a.name }}\nwith: 1\n{{- end }}\n'
     assert yaml.safe_load(flatten(text, vals)) == {
-        "port": 4317, "name": "x", "addr": "0.0.0.0:4317", "other": PLACEHOLDER,
+        "port": 4317, "name": "x", "addr": "0.0.0.0:4317", "other": PLACEHOLDER, "else_taken": 1, "with": 1,
     }
 
 
@@ -268,6 +305,47 @@ def test_agent_identity_comes_from_the_downward_api() -> None:
     assert names.index("K8S_NODE_NAME") < names.index("OTEL_RESOURCE_ATTRIBUTES"), "$(VAR) needs it first"
 
 
+def _with_tls() -> dict[str, Any]:
+    vals = values()
+    vals["tls"]["secretName"] = "echo-tls"
+    return vals
+
+
+def _flag(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+def test_plaintext_is_explicit_and_tls_wires_cert_key_and_ca() -> None:
+    plain, tls = manifests(), manifests(_with_tls())
+    agent_args = container(plain["DaemonSet"])["args"]
+    assert "--insecure" in agent_args and "--ca-file" not in agent_args
+    assert container(plain["StatefulSet"])["readinessProbe"]["httpGet"]["scheme"] == "HTTP"
+    assert "--tls-cert" not in container(plain["StatefulSet"])["args"]
+
+    echo, agent = container(tls["StatefulSet"]), container(tls["DaemonSet"])
+    assert "--insecure" not in agent["args"]
+    assert {p["httpGet"]["scheme"] for p in (echo["readinessProbe"], echo["livenessProbe"])} == {"HTTPS"}
+    for ctr, kind, files in ((echo, "StatefulSet", {"--tls-cert": "tls.crt", "--tls-key": "tls.key"}),
+                             (agent, "DaemonSet", {"--ca-file": "ca.crt"})):
+        (mount,) = [m for m in ctr["volumeMounts"] if m["name"] == "tls"]
+        (volume,) = [v for v in tls[kind]["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls"]
+        assert volume["secret"]["secretName"] == "echo-tls"
+        assert {flag: _flag(ctr["args"], flag) for flag in files} == {
+            flag: f"{mount['mountPath']}/{name}" for flag, name in files.items()
+        }
+
+
+def test_agent_spool_and_readiness_follow_values() -> None:
+    vals, ds = values(), manifests()["DaemonSet"]
+    agent = container(ds)
+    mounts = {m["name"]: m["mountPath"] for m in agent["volumeMounts"]}
+    assert _flag(agent["args"], "--spool-dir") == mounts["spool"] == vals["agent"]["spool"]["mountPath"]
+    assert _flag(agent["args"], "--spool-max-mb") == str(vals["agent"]["spool"]["maxMB"])
+    ready = str(_flag(agent["args"], "--ready-file"))
+    assert agent["readinessProbe"]["exec"]["command"] == ["cat", ready]
+    assert not any(ready.startswith(p + "/") for p in mounts.values()), "a volume would outlive a restart"
+
+
 # --- The container args against the real CLI -----------------------------------------------------
 _ARG_STANDINS = {"--endpoint": "rankecho-echo.default.svc:4317", "--cluster-id": "demo"}
 
@@ -281,9 +359,10 @@ def _subcommand_parser(name: str) -> argparse.ArgumentParser:
     pytest.skip(f"`rankecho {name}` is not registered yet; its container args are checked once it is")
 
 
+@pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "tls"])
 @pytest.mark.parametrize("kind", ["StatefulSet", "DaemonSet"])
-def test_container_args_are_accepted_by_the_cli(kind: str) -> None:
-    args = list(container(manifests()[kind])["args"])
+def test_container_args_are_accepted_by_the_cli(kind: str, tls: bool) -> None:
+    args = list(container(manifests(_with_tls() if tls else None)[kind])["args"])
     sub = _subcommand_parser(args[0])
     for i, arg in enumerate(args[:-1]):
         if args[i + 1] == PLACEHOLDER:

@@ -56,6 +56,8 @@ app.kubernetes.io/component: {{ .component }}
 {{- required "set clusterId (e.g. --set clusterId=prod-a): the agent stamps it on every event as k8s.cluster.name" .Values.clusterId -}}
 {{- end -}}
 
+{{- define "rankecho.tlsDir" -}}/etc/rankecho/tls{{- end -}}
+
 {{/* The RANKECHO_TOKEN env entry shared by Echo and the agent. */}}
 {{- define "rankecho.tokenEnv" -}}
 - name: RANKECHO_TOKEN
