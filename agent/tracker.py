@@ -351,6 +351,9 @@ class Tracker:
             proc.pending = [p for p in proc.pending if p not in done]
             for p in done:
                 self._complete(proc, p, rec.ts2)
+            primary = [p for p in done if p.primary]
+            if primary:
+                self._step_done(proc, primary[0], primary[-1], rec.ts2)
 
     def _complete(self, proc: Proc, p: Pending, complete_ns: int | None) -> None:
         rec = p.rec
@@ -360,21 +363,19 @@ class Tracker:
             attrs[c.COMPLETE_NS] = self.clock.to_unix(complete_ns)
             end = complete_ns
         self._emit(proc, c.M_COLLECTIVE, rec.ts, (end - rec.ts) / 1e6, attrs, rec.tid, chain=p.chain)
-        if p.primary and complete_ns is not None:
-            self._step_done(proc, p, complete_ns)
 
-    def _step_done(self, proc: Proc, p: Pending, complete_ns: int) -> None:
-        """The primary collective of a step completed: score the step, then start the next one."""
-        seq = int(p.attrs[c.SEQ])
+    def _step_done(self, proc: Proc, first: Pending, last: Pending, complete_ns: int) -> None:
+        """A sync completed the step's collectives on the primary comm (one or several buckets):
+        score the step by its first collective, then start the next step."""
         if proc.last_completion_ns is not None:
-            compute = max(0, p.rec.ts - proc.last_completion_ns)
+            compute = max(0, first.rec.ts - proc.last_completion_ns)
             s = proc.health.step(compute, proc.preempted_ns, self._throttled(proc.info))
             attrs: dict[str, AttrValue] = {c.HEALTH_COMPUTE_MS: s.compute_ns / 1e6,
                                            c.HEALTH_BASELINE_MS: s.baseline_ns / 1e6}
-            self._emit(proc, c.M_HEALTH, complete_ns, s.score, attrs, chain=p.chain)
+            self._emit(proc, c.M_HEALTH, complete_ns, s.score, attrs, chain=first.chain)
         proc.last_completion_ns = complete_ns
         proc.preempted_ns = 0
-        proc.step_seq = seq + 1
+        proc.step_seq = int(last.attrs[c.SEQ]) + 1
 
     def _offcpu(self, rec: OffCpuRecord) -> None:
         proc = self._proc(rec.pid)
