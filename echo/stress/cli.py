@@ -41,7 +41,7 @@ def register(subparsers: Any) -> None:
         help="raw: prebuilt protobuf on a grpc channel; sdk: OpenTelemetry OTLPMetricExporter",
     )
     p.add_argument(
-        "--batch", type=int, default=500, help="events per Export RPC (capped so --rate stays smooth)"
+        "--batch", type=int, default=2000, help="events per Export RPC (capped so --rate stays smooth)"
     )
     p.add_argument("--insecure", action="store_true", help="plaintext gRPC (default: TLS)")
     p.add_argument("--ca-file", help="PEM roots to verify Echo's TLS certificate")

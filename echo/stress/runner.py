@@ -35,7 +35,7 @@ class StressConfig:
     plan: StressPlan
     target: Target
     client: str = "raw"
-    batch: int = 500
+    batch: int = 2000
     rate: float | None = None
     """Events per second over all producers; None sends as fast as Echo acknowledges."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
