@@ -45,7 +45,14 @@ class RankLog:
     comms: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     """communicator name -> (hash hex, rank in communicator, communicator size)"""
     steps: list[StepRecord] = field(default_factory=list)
-    finished: bool = False
+    start_ns: int = 0
+    """Wall-clock ns when the process entered main()."""
+    done_ns: int = 0
+    """Wall-clock ns after it destroyed its communicators; 0 if it never got there."""
+
+    @property
+    def finished(self) -> bool:
+        return self.done_ns > 0
 
 
 def rank_log_path(run_dir: Path, node_id: str, rank: int) -> Path:
@@ -59,9 +66,9 @@ def parse_rank_log(text: str, rank: int) -> RankLog:
         parts = line.split()
         if not parts:
             continue
-        if parts[0] == "rank" and len(parts) >= 12:
+        if parts[0] == "rank" and len(parts) >= 14:
             log.local_rank, log.node_id = int(parts[5]), parts[7]
-            log.pid, log.tid = int(parts[9]), int(parts[11])
+            log.pid, log.tid, log.start_ns = int(parts[9]), int(parts[11]), int(parts[13])
         elif parts[0] == "comm" and len(parts) == 5:
             log.comms[parts[1]] = (parts[2], int(parts[3]), int(parts[4]))
         elif parts[0] == "step" and len(parts) == 10:
@@ -70,8 +77,8 @@ def parse_rank_log(text: str, rank: int) -> RankLog:
                 causes = tuple((kind, float(ms)) for kind, ms in (c.split(":") for c in parts[9].split(",")))
             k, start, enter, end, wait, loader, alloc, fwd = (int(p) for p in parts[1:9])
             log.steps.append(StepRecord(k, start, enter, end, wait, loader, alloc, fwd, causes))
-        elif parts[0] == "done":
-            log.finished = True
+        elif parts[0] == "done" and len(parts) == 2:
+            log.done_ns = int(parts[1])
     return log
 
 

@@ -10,11 +10,14 @@
  * fetch it there. The log records what the process really did, measured around the library
  * calls (wall-clock ns):
  *
+ *   rank R world W local L node NODE pid PID tid TID start PROCESS_START
+ *   comm NAME HASH RANK_IN_COMM COMM_SIZE
  *   step K START ENTER END SYNC_WAIT LOADER ALLOC FWD_SYNC CAUSES
  *
  * ENTER is when the step's first all-reduce was called, SYNC_WAIT how long the final stream sync
  * blocked, LOADER/ALLOC/FWD_SYNC the time spent fetching the batch, in cudaMalloc/cudaFree, and
- * in the forward (loss) sync; CAUSES lists `kind:ms` of the faults that fired, or `-`.
+ * in the forward (loss) sync; CAUSES lists `kind:ms` of the faults that fired, or `-`. The last
+ * line is `done END`.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -214,6 +217,7 @@ static void fragment_cycle(const struct api *a, void **cache, double ms) {
 }
 
 int main(int argc, char **argv) {
+    int64_t started = sim_realtime_ns();
     struct cfg c;
     if (getenv("SIMRANK_DIE_WITH_PARENT")) { /* the launcher's death must not leave ranks behind */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -223,8 +227,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < c.nfaults; i++)
         if (c.faults[i].kind == F_CPU_CONTENTION && neighbor_start() != 0) die("%s", "cannot fork the neighbor");
     struct api a = load_api(&c);
-    printf("rank %d world %d local %d node %s pid %d tid %ld\n", c.rank, c.world, c.local_rank, c.node,
-           (int)getpid(), (long)syscall(SYS_gettid));
+    printf("rank %d world %d local %d node %s pid %d tid %ld start %lld\n", c.rank, c.world, c.local_rank, c.node,
+           (int)getpid(), (long)syscall(SYS_gettid), (long long)started);
     check(a.cudaSetDevice(c.local_rank % 8), "cudaSetDevice");
     cudaStream_t stream;
     check(a.cudaStreamCreate(&stream), "cudaStreamCreate");
