@@ -44,6 +44,10 @@ def test_server_delay_replaces_the_computed_backoff() -> None:
     assert retry_delay(policy, grpc.StatusCode.RESOURCE_EXHAUSTED, 1, 4.0, server_delay_s=1.25) is None
 
 
+def test_resource_exhausted_without_retry_info_is_final() -> None:
+    assert retry_delay(RetryPolicy(), grpc.StatusCode.RESOURCE_EXHAUSTED, 1, 0.0) is None
+
+
 def test_retry_info_is_read_from_either_trailer() -> None:
     from google.protobuf.any_pb2 import Any
     from google.rpc.status_pb2 import Status

@@ -1,9 +1,10 @@
 """Whether and when to resend a batch Echo did not acknowledge: a pure decision, unit-testable.
 
 Retryable gRPC codes follow the OpenTelemetry exporter's list (UNAVAILABLE covers "Echo is down or
-restarting", RESOURCE_EXHAUSTED covers "Echo's queue is full"). Backoff is exponential with +-20%
-jitter, capped at ``max_backoff_s``; a server ``RetryInfo`` delay replaces the computed one. A batch
-is given up once the next wait would pass its deadline.
+restarting"). RESOURCE_EXHAUSTED is retried only when the server sends a ``RetryInfo`` ("Echo's
+queue is full, retry in N s"), as the OTLP spec says: without one it means the message can never
+fit. Backoff is exponential with +-20% jitter, capped at ``max_backoff_s``; a server ``RetryInfo``
+delay replaces the computed one. A batch is given up once the next wait would pass its deadline.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def retry_delay(
     """
     if code is not None and code not in RETRYABLE:
         return None
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED and server_delay_s is None:
+        return None  # OTLP: retryable only when the server says when (a too-large message never fits)
     if server_delay_s is not None and server_delay_s >= 0:
         delay = server_delay_s
     else:

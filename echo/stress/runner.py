@@ -72,12 +72,19 @@ class _Tally:
         self.lock = threading.Lock()
         self.sent = self.acked = self.failed = self.rejected = self.retries = 0
         self.errors: list[str] = []
+        self.last_retry = ""
         self._ack_log = ack_log
 
     def add(self, **counts: int) -> None:
         with self.lock:
             for name, n in counts.items():
                 setattr(self, name, getattr(self, name) + n)
+
+    def retrying(self, outcome: Outcome) -> None:
+        with self.lock:
+            self.retries += 1
+            code = outcome.code.name if outcome.code else "transient"
+            self.last_retry = f"{code}: {outcome.message}"[:200]
 
     def acknowledged(self, node: str, first: int, count: int, rejected: int) -> None:
         with self.lock:
@@ -195,7 +202,7 @@ class _Run:
                 payload = sender.encode(cfg.plan, producer, batch.events(cfg.plan))
             tally.add(sent=batch.count)
             sent_here += batch.count
-            outcome = deliver(sender, payload, cfg.retry, self.stop, lambda o: tally.add(retries=1))
+            outcome = deliver(sender, payload, cfg.retry, self.stop, tally.retrying)
             if outcome.ok:
                 tally.acknowledged(node, batch.first, batch.count, outcome.rejected)
                 if outcome.rejected:
@@ -211,8 +218,9 @@ class _Run:
             elapsed = time.monotonic() - self.t0
             with self.tally.lock:
                 acked, failed, retries = self.tally.acked, self.tally.failed, self.tally.retries
+                last = f" (last: {self.tally.last_retry})" if retries else ""
             print(
-                f"stress: {acked}/{self.cfg.plan.total} acked, {failed} failed, {retries} retries, "
+                f"stress: {acked}/{self.cfg.plan.total} acked, {failed} failed, {retries} retries{last}, "
                 f"{acked / max(elapsed, 1e-9):,.0f} eps",
                 file=out,
                 flush=True,

@@ -15,7 +15,7 @@ import grpc
 
 from echo.stress import encode
 from echo.stress.planting import StressEvent, StressPlan
-from echo.stress.retry import server_retry_delay
+from echo.stress.retry import RETRYABLE, server_retry_delay
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -159,7 +159,10 @@ class SdkSender:
         if result is MetricExportResult.SUCCESS:
             return Outcome(True)
         code = _EXPORTER_LOG.local.code
-        return Outcome(False, code=code, message=f"exporter gave up ({code.name if code else 'no status'})")
+        message = f"exporter gave up ({code.name if code else 'no status'})"
+        if code in RETRYABLE:  # it already retried a transient code until its timeout: resend later
+            return Outcome(False, code=None, message=message)
+        return Outcome(False, code=code, message=message)
 
     def close(self) -> None:
         self._exporter.shutdown(timeout_millis=1000)
