@@ -35,7 +35,10 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     cols = list(rows[0])
     cells = [[f"{v:.3f}" if isinstance(v, float) else str(v) for v in (r[c] for c in cols)] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    line = lambda vals: "  " + " | ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True))  # noqa: E731
+
+    def line(vals: Sequence[str]) -> str:
+        return "  " + " | ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True))
+
     return "\n".join([line(cols), "  " + "-+-".join("-" * w for w in widths), *(line(r) for r in cells)])
 
 
@@ -55,9 +58,7 @@ def run_demo(workdir: Path, keep: Path | None) -> int:
     print(f"1. Starting Echo on {db} (bearer token required)")
     with EchoProcess(db, token=token, log=workdir / "echo.log") as echo:
         print(f"   Echo OTLP/gRPC listening on {echo.otlp_grpc}")
-        print(
-            f"2. Two stress runs push {EVENTS_PER_NODE:,} events each into {CLUSTER}: {', '.join(NODES)}"
-        )
+        print(f"2. Two stress runs push {EVENTS_PER_NODE:,} events each into {CLUSTER}: {', '.join(NODES)}")
         runs = [
             StressProcess(echo.otlp_grpc, token, CLUSTER, node, producers=1, events=EVENTS_PER_NODE)
             for node in NODES
