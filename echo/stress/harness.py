@@ -34,6 +34,8 @@ class StressProcess:
     rate: float | None = None
     extra: tuple[str, ...] = ()
     stderr_path: Path | None = None
+    insecure: bool = True
+    """Plaintext gRPC; with False pass ``--ca-file`` in ``extra`` for a private CA."""
     proc: subprocess.Popen[str] | None = field(default=None, init=False)
 
     def plan(self) -> StressPlan:
@@ -48,7 +50,6 @@ class StressProcess:
             "stress",
             "--endpoint",
             self.endpoint,
-            "--insecure",
             "--cluster-id",
             self.cluster_id,
             "--node-id",
@@ -60,6 +61,8 @@ class StressProcess:
             "--client",
             self.client,
         ]
+        if self.insecure:
+            args.append("--insecure")
         if self.rate:
             args += ["--rate", str(self.rate)]
         if self.token:
