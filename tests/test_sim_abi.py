@@ -221,3 +221,24 @@ def test_unique_id_by_value_and_rank_in_the_third_register(libs: tuple[ctypes.CD
     assert time.monotonic() - t0 < 0.5
     assert nccl.ncclCommDestroy(comm) == 0
     assert nccl.ncclCommDestroy(None) == 4
+
+
+def test_init_all_builds_one_communicator_per_device(libs: tuple[ctypes.CDLL, ctypes.CDLL]) -> None:
+    cudart, nccl = libs
+    comms = (ctypes.c_void_p * 3)()
+    assert nccl.ncclCommInitAll(comms, 3, None) == 0
+    streams = [ctypes.c_void_p() for _ in range(3)]
+    for i, s in enumerate(streams):
+        rank, dev = ctypes.c_int(), ctypes.c_int()
+        assert nccl.ncclCommUserRank(ctypes.c_void_p(comms[i]), ctypes.byref(rank)) == 0 and rank.value == i
+        assert nccl.ncclCommCuDevice(ctypes.c_void_p(comms[i]), ctypes.byref(dev)) == 0 and dev.value == i
+        assert cudart.cudaStreamCreate(ctypes.byref(s)) == 0
+    assert nccl.ncclGroupStart() == 0
+    for i, s in enumerate(streams):  # one thread drives all three ranks, one stream each
+        assert nccl.ncclAllReduce(None, None, 1 << 20, 7, 0, ctypes.c_void_p(comms[i]), s) == 0
+    assert nccl.ncclGroupEnd() == 0
+    for s in streams:
+        assert cudart.cudaStreamSynchronize(s) == 0
+    assert nccl.ncclCommAbort(ctypes.c_void_p(comms[2])) == 0
+    for i in range(2):
+        assert nccl.ncclCommDestroy(ctypes.c_void_p(comms[i])) == 0

@@ -133,7 +133,7 @@ static ncclResult_t comm_connect(ncclComm_t *out, uint32_t ip, uint16_t port, ui
     c->rank = rank;
     c->nranks = nranks;
     c->hub_ip = ip;
-    cudaGetDevice(&c->device);
+    c->device = __rankechosim_device();
     c->send_seq = calloc((size_t)nranks, sizeof *c->send_seq);
     c->recv_seq = calloc((size_t)nranks, sizeof *c->recv_seq);
     c->ctrl_fd = net_connect(ip, port, 60000);
@@ -210,7 +210,7 @@ struct init_all_arg {
 
 static void *init_all_main(void *p) {
     struct init_all_arg *a = p;
-    cudaSetDevice(a->device);
+    __rankechosim_set_device(a->device);
     a->rc = ncclCommInitRank(a->slot, a->ndev, a->id, a->rank);
     return NULL;
 }

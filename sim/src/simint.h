@@ -83,6 +83,10 @@ SIM_EXPORT int __rankechosim_stream_push_external(cudaStream_t stream, sim_ready
                                                     void *ctx);
 /* The external item `handle` finished at `done_ns`; later work on its stream may proceed. */
 SIM_EXPORT void __rankechosim_stream_complete(void *handle, int64_t done_ns);
+/* The calling thread's current device (what cudaGetDevice/cudaSetDevice see), without going
+ * through the public, probe-visible entry points. */
+SIM_EXPORT int __rankechosim_device(void);
+SIM_EXPORT void __rankechosim_set_device(int device);
 /* Multiply the duration of kernels launched from now on (1.0 = healthy GPU). */
 SIM_EXPORT void __rankechosim_set_gpu_slowdown(double factor);
 
