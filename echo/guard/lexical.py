@@ -26,15 +26,23 @@ MAX_QUERY_CHARS = 20_000
 _ANYWHERE: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (why, re.compile(pattern, re.IGNORECASE))
     for why, pattern in (
-        ("file readers (read_* / sniff_* / parquet_* / glob) are not allowed",
-         r"\b(read|sniff|parquet)_\w*|\bglob\s*\(|\w_scan\b"),
-        ("DuckDB catalog and settings introspection is not allowed",
-         r"\bduckdb_\w+|\bpragma_\w+|\binformation_schema\b|\bpg_\w+|\bsqlite_\w+"
-         r"|\bcurrent_setting\b|\bgetenv\b|\bgetvariable\b|\bwhich_secret\b|\bsettings\s*\("),
-        ("URLs and remote file systems are not allowed",
-         r"\b(https?|s3[an]?|gcs|gs|azure|az|abfss?|r2|hf|ftp|file|httpfs)://|\bhttpfs\b"),
-        ("SQL executed from a string (query / query_table / json_execute_serialized_sql) is not allowed",
-         r"\bquery(_table)?\s*\(|\bjson_(execute|serialize|deserialize)_\w+"),
+        (
+            "file readers (read_* / sniff_* / parquet_* / glob) are not allowed",
+            r"\b(read|sniff|parquet)_\w*|\bglob\s*\(|\w_scan\b",
+        ),
+        (
+            "DuckDB catalog and settings introspection is not allowed",
+            r"\bduckdb_\w+|\bpragma_\w+|\binformation_schema\b|\bpg_\w+|\bsqlite_\w+"
+            r"|\bcurrent_setting\b|\bgetenv\b|\bgetvariable\b|\bwhich_secret\b|\bsettings\s*\(",
+        ),
+        (
+            "URLs and remote file systems are not allowed",
+            r"\b(https?|s3[an]?|gcs|gs|azure|az|abfss?|r2|hf|ftp|file|httpfs)://|\bhttpfs\b",
+        ),
+        (
+            "SQL executed from a string (query / query_table / json_execute_serialized_sql) is not allowed",
+            r"\bquery(_table)?\s*\(|\bjson_(execute|serialize|deserialize)_\w+",
+        ),
         ("dollar-quoted and unicode-escape literals are not allowed", r"\$[A-Za-z_]*\$|\b[uU]&['\"]"),
     )
 )

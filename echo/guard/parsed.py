@@ -28,22 +28,42 @@ QUERY_NODES = frozenset({"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NOD
 TABLE_REFS = frozenset(
     {"BASE_TABLE", "JOIN", "SUBQUERY", "TABLE_FUNCTION", "EMPTY", "EXPRESSION_LIST", "PIVOT"}
 )
-MODIFIERS = frozenset(
-    {"ORDER_MODIFIER", "LIMIT_MODIFIER", "LIMIT_PERCENT_MODIFIER", "DISTINCT_MODIFIER"}
-)
+MODIFIERS = frozenset({"ORDER_MODIFIER", "LIMIT_MODIFIER", "LIMIT_PERCENT_MODIFIER", "DISTINCT_MODIFIER"})
 ORDER_KINDS = frozenset({"ORDER_DEFAULT", "ASCENDING", "DESCENDING"})
 TYPE_INFO_KINDS = frozenset(
     {
-        "DECIMAL_TYPE_INFO", "STRING_TYPE_INFO", "LIST_TYPE_INFO", "STRUCT_TYPE_INFO", "ENUM_TYPE_INFO",
-        "ARRAY_TYPE_INFO", "GENERIC_TYPE_INFO", "INTEGER_LITERAL_TYPE_INFO", "UNBOUND_TYPE_INFO",
+        "DECIMAL_TYPE_INFO",
+        "STRING_TYPE_INFO",
+        "LIST_TYPE_INFO",
+        "STRUCT_TYPE_INFO",
+        "ENUM_TYPE_INFO",
+        "ARRAY_TYPE_INFO",
+        "GENERIC_TYPE_INFO",
+        "INTEGER_LITERAL_TYPE_INFO",
+        "UNBOUND_TYPE_INFO",
     }
 )
 NODE_KINDS = QUERY_NODES | TABLE_REFS | MODIFIERS | ORDER_KINDS | TYPE_INFO_KINDS
 EXPRESSION_CLASSES = frozenset(
     {
-        "BETWEEN", "CASE", "CAST", "COLLATE", "COLUMN_REF", "COMPARISON", "CONJUNCTION", "CONSTANT",
-        "FUNCTION", "LAMBDA", "LAMBDA_REF", "OPERATOR", "PARAMETER", "POSITIONAL_REFERENCE", "STAR",
-        "SUBQUERY", "WINDOW", "TYPE",
+        "BETWEEN",
+        "CASE",
+        "CAST",
+        "COLLATE",
+        "COLUMN_REF",
+        "COMPARISON",
+        "CONJUNCTION",
+        "CONSTANT",
+        "FUNCTION",
+        "LAMBDA",
+        "LAMBDA_REF",
+        "OPERATOR",
+        "PARAMETER",
+        "POSITIONAL_REFERENCE",
+        "STAR",
+        "SUBQUERY",
+        "WINDOW",
+        "TYPE",
     }
 )
 
@@ -143,7 +163,7 @@ def _check_table(node: Mapping[str, Any], policy: Policy, ctes: frozenset[str]) 
     if node.get("at_clause"):
         raise Refused("time-travel (AT ...) clauses are not allowed")
     if not IDENTIFIER.match(name):
-        raise Refused(f"table name {_safe(name)} is not allowed (files and URLs cannot be read)")
+        raise Refused("a table name must be a plain identifier (files and URLs cannot be read)")
     if not (policy.allows_relation(name) or name.lower() in ctes):
         raise Refused(f"unknown table {_safe(name)}")
 

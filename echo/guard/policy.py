@@ -30,20 +30,68 @@ DEFAULT_TABLE_FUNCTIONS: frozenset[str] = frozenset(
 
 DENIED_FUNCTIONS: frozenset[str] = frozenset(
     {
-        "getenv", "current_setting", "getvariable", "current_database", "current_catalog",
-        "current_schema", "current_schemas", "current_query", "current_user", "session_user",
-        "user_agent", "platform", "nextval", "currval", "setval", "lastval", "txid_current",
-        "in_search_path", "sleep_ms", "write_log", "query", "query_table", "glob", "which_secret",
-        "checkpoint", "force_checkpoint", "truncate_duckdb_logs", "sql_auto_complete",
-        "json_execute_serialized_sql", "json_serialize_sql", "json_deserialize_sql", "json_serialize_plan",
-        "current_role", "current_connection_id", "current_query_id", "current_transaction_id",
-        "parse_duckdb_log_message", "version", "stats", "to_aggregate_state",
+        "getenv",
+        "current_setting",
+        "getvariable",
+        "current_database",
+        "current_catalog",
+        "current_schema",
+        "current_schemas",
+        "current_query",
+        "current_user",
+        "session_user",
+        "user_agent",
+        "platform",
+        "nextval",
+        "currval",
+        "setval",
+        "lastval",
+        "txid_current",
+        "in_search_path",
+        "sleep_ms",
+        "write_log",
+        "query",
+        "query_table",
+        "glob",
+        "which_secret",
+        "checkpoint",
+        "force_checkpoint",
+        "truncate_duckdb_logs",
+        "sql_auto_complete",
+        "json_execute_serialized_sql",
+        "json_serialize_sql",
+        "json_deserialize_sql",
+        "json_serialize_plan",
+        "current_role",
+        "current_connection_id",
+        "current_query_id",
+        "current_transaction_id",
+        "parse_duckdb_log_message",
+        "version",
+        "stats",
+        "to_aggregate_state",
     }
 )
 DENIED_PREFIXES: tuple[str, ...] = (
-    "read_", "sniff_", "duckdb_", "pragma_", "parquet_", "pg_", "has_", "enable_", "disable_",
-    "create_", "register_", "deregister_", "destroy_", "python_", "arrow_", "pandas_", "icu_",
-    "__internal", "json_copy_",
+    "read_",
+    "sniff_",
+    "duckdb_",
+    "pragma_",
+    "parquet_",
+    "pg_",
+    "has_",
+    "enable_",
+    "disable_",
+    "create_",
+    "register_",
+    "deregister_",
+    "destroy_",
+    "python_",
+    "arrow_",
+    "pandas_",
+    "icu_",
+    "__internal",
+    "json_copy_",
 )
 
 
@@ -93,7 +141,9 @@ class Policy:
         return name.lower() in self.table_functions
 
     def allows_function(self, name: str) -> bool:
-        return not is_denied(name) and name.lower() in builtin_functions()
+        """DuckDB's own scalar/aggregate/window functions, plus ``unnest``/``range`` used as scalars."""
+        lowered = name.lower()
+        return not is_denied(lowered) and (lowered in builtin_functions() or lowered in self.table_functions)
 
     def allowed_text(self) -> str:
         """The sentence every refusal ends with."""
