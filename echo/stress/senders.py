@@ -9,6 +9,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import grpc
@@ -29,6 +30,13 @@ class Target:
     token: str | None = None
     insecure: bool = True
     ca_file: str | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials | None:
+        """TLS credentials (system roots, or ``ca_file``); None for plaintext."""
+        if self.insecure:
+            return None
+        root = Path(self.ca_file).read_bytes() if self.ca_file else None
+        return grpc.ssl_channel_credentials(root)
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
         # gRPC metadata keys must be lower case: "Authorization" breaks the call.
@@ -66,13 +74,10 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
 
 def _channel(target: Target) -> grpc.Channel:
     options = list(CHANNEL_OPTIONS)
-    if target.insecure:
+    credentials = target.credentials()
+    if credentials is None:
         return grpc.insecure_channel(target.endpoint, options=options)
-    root = None
-    if target.ca_file:
-        with open(target.ca_file, "rb") as f:
-            root = f.read()
-    return grpc.secure_channel(target.endpoint, grpc.ssl_channel_credentials(root), options=options)
+    return grpc.secure_channel(target.endpoint, credentials, options=options)
 
 
 class RawSender:
@@ -135,14 +140,10 @@ class SdkSender:
     def __init__(self, target: Target, exporter_timeout_s: float = 5.0) -> None:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
-        credentials = None
-        if not target.insecure:
-            root = open(target.ca_file, "rb").read() if target.ca_file else None  # noqa: SIM115
-            credentials = grpc.ssl_channel_credentials(root)
         self._exporter = OTLPMetricExporter(
             endpoint=target.endpoint,
             insecure=target.insecure,
-            credentials=credentials,
+            credentials=target.credentials(),
             headers=dict(target.metadata()),
             timeout=exporter_timeout_s,
             channel_options=CHANNEL_OPTIONS,  # type: ignore[arg-type]
