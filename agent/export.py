@@ -48,6 +48,9 @@ FIXES = {
     grpc.StatusCode.UNIMPLEMENTED: "the endpoint is not an OTLP metrics receiver: check --endpoint",
 }
 
+ADOPT_EVERY_S = 2.0
+"""How often the spools of ended agent runs are taken over for replay."""
+
 Key = Any  # a process key, or None for node-level points
 
 
@@ -190,7 +193,11 @@ class Exporter:
         return False
 
     def run(self) -> None:
+        next_adopt = self._now() + ADOPT_EVERY_S
         while not self._stop.is_set():
+            if self._now() >= next_adopt:
+                next_adopt = self._now() + ADOPT_EVERY_S
+                self.spool.adopt_orphans()
             try:
                 batch = self._queue.get(timeout=0.05)
             except queue.Empty:

@@ -4,9 +4,9 @@ Each request is one file ``<seq>-<points>.otlp`` holding the exact bytes that wo
 so a replay is byte-identical and Echo's dedup by ``rankecho.event_id`` makes it at-least-once safe.
 Files are written to a temporary name and renamed, so a killed agent never leaves half a request.
 When the spool passes ``max_bytes`` the oldest requests are deleted and their points counted as
-dropped. A lock file keeps two agents from sharing one directory. Usage::
+dropped. Usage::
 
-    spool = Spool("/var/lib/rankecho/spool/demo-node-a", max_bytes=256 << 20)
+    spool = Spool("/var/lib/rankecho/spool/demo-node-a", max_bytes=256 << 20)  # adopts earlier runs' files
     spool.put(request_bytes, points=120)
     item = spool.oldest()            # SpoolItem | None
     spool.remove(item)               # after Echo acknowledged it
@@ -18,6 +18,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,27 +48,66 @@ class SpoolLocked(RuntimeError):
     pass
 
 
+def _try_lock(path: Path) -> int | None:
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 class Spool:
+    """Each agent run writes into its own locked sub-directory of ``directory`` and adopts the
+    sub-directories of runs that have ended (their lock is free), so a restarted agent neither
+    waits for a killed predecessor to finish dying nor loses what it spooled."""
+
     def __init__(self, directory: str | os.PathLike[str], max_bytes: int = 256 << 20) -> None:
-        self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.root = Path(directory)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.dir = self.root / f"run-{time.time_ns()}-{os.getpid()}"
+        self.dir.mkdir()
         self.max_bytes = max_bytes
         self.dropped_points = 0
         self._lock = threading.Lock()
-        self._lock_fd = os.open(self.dir / "lock", os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            raise SpoolLocked(
-                f"another agent holds the spool {self.dir}; give each agent its own --spool-dir"
-            ) from None
-        for tmp in self.dir.glob("*.tmp"):
-            tmp.unlink(missing_ok=True)
-        found = (i for p in self.dir.glob(f"*{SUFFIX}") if (i := _parse(p)))
-        self._items = sorted(found, key=lambda i: i.seq)
-        self._bytes = sum(i.path.stat().st_size for i in self._items)
-        self._next = (self._items[-1].seq + 1) if self._items else 0
+        fd = _try_lock(self.dir / "lock")
+        if fd is None:
+            raise SpoolLocked(f"cannot lock {self.dir}: another agent uses it; give each its own --spool-dir")
+        self._lock_fd = fd
+        self._items: list[SpoolItem] = []
+        self._bytes = 0
+        self._next = 0
+        self.adopt_orphans()
+
+    def adopt_orphans(self) -> int:
+        """Move requests of ended runs (unlocked sub-directories, or files left at the top level by
+        older layouts) into this run's directory, oldest first; returns how many were adopted."""
+        adopted = 0
+        for sub in sorted(p for p in self.root.iterdir() if p.is_dir() and p != self.dir):
+            fd = _try_lock(sub / "lock")
+            if fd is None:
+                continue  # still alive (or still being torn down): try again later
+            try:
+                found = (i for p in sub.glob(f"*{SUFFIX}") if (i := _parse(p)))
+                for item in sorted(found, key=lambda i: i.seq):
+                    adopted += self._take(item)
+                for leftover in sub.iterdir():
+                    leftover.unlink(missing_ok=True)
+                sub.rmdir()
+            finally:
+                os.close(fd)
+        return adopted
+
+    def _take(self, item: SpoolItem) -> int:
+        with self._lock:
+            seq = self._next
+            self._next += 1
+            path = self.dir / f"{seq:016d}-{item.points}{SUFFIX}"
+            os.replace(item.path, path)
+            self._items.append(SpoolItem(path, seq, item.points))
+            self._bytes += path.stat().st_size
+        return 1
 
     def __len__(self) -> int:
         return len(self._items)
@@ -112,6 +152,12 @@ class Spool:
                 item.path.unlink(missing_ok=True)
 
     def close(self) -> None:
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
+        """Release the lock; an empty run directory is removed, a non-empty one awaits adoption."""
+        if self._lock_fd < 0:
+            return
+        if not self._items:
+            for leftover in self.dir.iterdir():
+                leftover.unlink(missing_ok=True)
+            self.dir.rmdir()
+        os.close(self._lock_fd)
+        self._lock_fd = -1

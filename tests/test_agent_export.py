@@ -1,0 +1,165 @@
+"""Export and spool: a scripted in-process OTLP collector, real gRPC on 127.0.0.1, real files."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+
+from agent.export import ExportConfig, Exporter, backoff_s, encode_batch, retryable
+from agent.spool import Spool
+from shared import contract as c
+from shared.otlp import Point
+
+
+class Collector(metrics_service_pb2_grpc.MetricsServiceServicer):
+    """Answers each Export with the next scripted status code (None = OK), recording what came in."""
+
+    def __init__(self) -> None:
+        self.script: list[grpc.StatusCode | None] = []
+        self.received: list[metrics_service_pb2.ExportMetricsServiceRequest] = []
+        self.metadata: list[dict[str, str]] = []
+        self.lock = threading.Lock()
+
+    def Export(self, request: Any, context: Any) -> Any:
+        with self.lock:
+            self.metadata.append(dict(context.invocation_metadata()))
+            code = self.script.pop(0) if self.script else None
+            if code is not None:
+                context.abort(code, "scripted")
+            self.received.append(request)
+        return metrics_service_pb2.ExportMetricsServiceResponse()
+
+    def event_ids(self) -> list[str]:
+        out = []
+        for req in self.received:
+            for rm in req.resource_metrics:
+                for sm in rm.scope_metrics:
+                    for m in sm.metrics:
+                        for dp in m.gauge.data_points:
+                            out += [kv.value.string_value for kv in dp.attributes if kv.key == c.EVENT_ID]
+        return out
+
+
+@pytest.fixture
+def collector() -> Iterator[tuple[Collector, str]]:
+    col = Collector()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(col, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield col, f"127.0.0.1:{port}"
+    server.stop(0)
+
+
+def points(n: int, start: int = 0) -> list[tuple[Any, Point]]:
+    return [((1, 2), Point(c.M_CUDA_SYNC, 10**18 + i, 1.5, {c.EVENT_ID: f"e{i}"}))
+            for i in range(start, start + n)]
+
+
+def batch(n: int, start: int = 0) -> Any:
+    return encode_batch({(1, 2): {c.RANK: 3}}, points(n, start), {c.NODE_NAME: "n1"})
+
+
+def wait_for(cond: Any, timeout_s: float = 10.0) -> None:
+    end = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.02)
+
+
+def test_encode_batch_puts_each_process_in_its_own_resource() -> None:
+    items = [*points(2), (None, Point(c.M_AGENT_DROPS, 1, 0))]
+    enc = encode_batch({(1, 2): {c.RANK: 3}}, items, {c.NODE_NAME: "n1"})
+    req = metrics_service_pb2.ExportMetricsServiceRequest.FromString(enc.data)
+    assert enc.points == 3 and len(req.resource_metrics) == 2
+    keys = [{kv.key for kv in rm.resource.attributes} for rm in req.resource_metrics]
+    assert keys == [{c.NODE_NAME, c.RANK}, {c.NODE_NAME}]
+
+
+def test_backoff_and_retry_decisions() -> None:
+    assert [backoff_s(a, 0.5, 5.0, rand=lambda: 0.5) for a in range(6)] == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
+    assert backoff_s(0, 1.0, 5.0, rand=lambda: 0.0) == pytest.approx(0.8)
+    assert backoff_s(0, 1.0, 5.0, rand=lambda: 1.0) == pytest.approx(1.2)
+    assert retryable(grpc.StatusCode.UNAVAILABLE) and retryable(grpc.StatusCode.UNAUTHENTICATED)
+    assert not retryable(grpc.StatusCode.INVALID_ARGUMENT)
+
+
+def test_token_and_delivery(collector: tuple[Collector, str], tmp_path: Path) -> None:
+    col, address = collector
+    exp = Exporter(ExportConfig(address, token="s3cret"), Spool(tmp_path))
+    exp.start()
+    exp.submit(batch(5))
+    wait_for(lambda: len(col.received) == 1)
+    exp.close(2)
+    assert col.metadata[0]["authorization"] == "Bearer s3cret"
+    assert col.event_ids() == [f"e{i}" for i in range(5)]
+
+
+def test_unreachable_echo_spools_then_replays_everything(
+    collector: tuple[Collector, str], tmp_path: Path
+) -> None:
+    col, address = collector
+    col.script = [grpc.StatusCode.UNAVAILABLE] * 3
+    spool = Spool(tmp_path, max_bytes=1 << 20)
+    exp = Exporter(ExportConfig(address, backoff_base_s=0.05, backoff_max_s=0.2), spool)
+    exp.start()
+    for i in range(4):
+        exp.submit(batch(10, start=10 * i))
+    wait_for(lambda: len(col.event_ids()) == 40)
+    exp.close(2)
+    assert sorted(col.event_ids()) == sorted(f"e{i}" for i in range(40))
+    assert len(spool) == 0
+
+
+def test_permanent_rejection_is_not_retried(collector: tuple[Collector, str], tmp_path: Path) -> None:
+    col, address = collector
+    col.script = [grpc.StatusCode.INVALID_ARGUMENT]
+    exp = Exporter(ExportConfig(address), Spool(tmp_path))
+    exp.start()
+    exp.submit(batch(3))
+    exp.submit(batch(2, start=3))
+    wait_for(lambda: len(col.received) == 1)
+    exp.close(2)
+    assert exp.rejected_points == 3 and col.event_ids() == ["e3", "e4"]
+
+
+def test_close_leaves_undeliverable_batches_in_the_spool_for_the_next_run(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    exp = Exporter(ExportConfig("127.0.0.1:1", timeout_s=0.5), spool)  # nothing listens there
+    exp.start()
+    exp.submit(batch(7))
+    exp.close(1)
+    assert spool.points == 7
+    spool.close()
+    nxt = Spool(tmp_path)  # a later run adopts what the previous one left
+    assert nxt.points == 7 and len(list(tmp_path.iterdir())) == 1
+
+
+def test_spool_bound_drops_oldest_and_counts_them(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, max_bytes=2500)
+    for i in range(5):
+        spool.put(bytes(1000), points=10 + i)
+    assert spool.size_bytes <= 2500 and len(spool) == 2
+    assert spool.dropped_points == 10 + 11 + 12
+    oldest = spool.oldest()
+    assert oldest is not None and oldest.points == 13
+    spool.remove(oldest)
+    assert spool.points == 14
+
+
+def test_spool_of_a_live_run_is_not_adopted(tmp_path: Path) -> None:
+    first = Spool(tmp_path)
+    first.put(b"x", 1)
+    second = Spool(tmp_path)
+    assert len(second) == 0  # the first run still holds its lock
+    first.close()
+    assert second.adopt_orphans() == 1 and second.points == 1
+    second.close()

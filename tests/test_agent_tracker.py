@@ -1,0 +1,203 @@
+"""Tracker, health, identity and clock logic on synthetic BPF records (no root, no kernel)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.clock import ClockConverter, measure_offset
+from agent.events import FN, CallRecord, ExitRecord, InitRecord, OffCpuRecord
+from agent.health import StepHealth, score
+from agent.identity import (
+    EnvIdentity,
+    ProcessInfo,
+    env_identity,
+    parse_environ,
+    parse_stat_start,
+    read_process,
+)
+from agent.tracker import Tracker
+from shared import contract as c
+
+MS = 1_000_000
+UID = b"unique-id-of-the-world-comm".ljust(128, b"\0")
+STREAM = 0x5000
+
+
+class Rank:
+    """One simulated rank process seen by its own node's tracker."""
+
+    def __init__(
+        self, rank: int, world: int, pid: int = 100, start: int = 7, env_rank: int | None = None
+    ) -> None:
+        self.points: list[tuple[Any, Any]] = []
+        self.pid = pid
+        env = EnvIdentity(rank=env_rank, world_size=world if env_rank is not None else None, job_key="m:1")
+        infos = {pid: ProcessInfo(pid, start, env)}
+        clock = ClockConverter(realtime=lambda: 1_000_000_000_000, monotonic=lambda: 0)
+        self.t = Tracker("node", clock, infos.get, lambda k, p: self.points.append((k, p)))
+        self.rank, self.world = rank, world
+
+    def call(self, fn: FN, ts: int, ts2: int, a0: int = 0, a1: int = 0, a2: int = 0, a3: int = 0) -> None:
+        self.t.handle(CallRecord(self.pid, self.pid, fn, ts, ts2, a0, a1, a2, a3, 0))
+
+    def init(self, handle: int = 0xC0, ts: int = 1 * MS) -> None:
+        rec = CallRecord(self.pid, self.pid, FN.COMM_INIT_RANK, ts, ts + MS,
+                         0, self.world, self.rank, handle, 0)
+        self.t.handle(InitRecord(rec, UID))
+
+    def step(self, enter: int, sync_end: int, handle: int = 0xC0) -> None:
+        self.call(FN.ALL_REDUCE, enter, enter + 10_000, a0=handle, a1=STREAM, a2=1024, a3=7)
+        self.call(FN.STREAM_SYNC, enter + 20_000, sync_end, a1=STREAM)
+
+    def metric(self, name: str) -> list[Any]:
+        return [p for _, p in self.points if p.metric_name == name]
+
+
+def test_same_chain_ids_on_every_rank_and_completion_at_the_sync() -> None:
+    ranks = [Rank(r, 2) for r in range(2)]
+    for r in ranks:
+        r.init()
+        for s in range(3):
+            r.step(enter=(10 + 100 * s) * MS + r.rank * 5 * MS, sync_end=(60 + 100 * s) * MS)
+    chains = [[p.attributes[c.CAUSAL_CHAIN_ID] for p in r.metric(c.M_COLLECTIVE)] for r in ranks]
+    assert chains[0] == chains[1] and len(set(chains[0])) == 3
+    comm_id = ranks[0].metric(c.M_COLLECTIVE)[0].attributes[c.COMM_ID]
+    assert chains[0] == [c.causal_chain_id(comm_id, s) for s in range(3)]
+    p = ranks[1].metric(c.M_COLLECTIVE)[0]
+    assert p.attributes[c.COMPLETE_NS] - p.attributes[c.ENTER_NS] == 45 * MS
+    assert p.value == pytest.approx(45.0)
+    assert ranks[1].t.resources[(100, 7)][c.RANK] == 1 and ranks[1].t.resources[(100, 7)][c.NRANKS] == 2
+
+
+def test_sync_on_another_stream_does_not_complete_and_step_ids_follow_completion() -> None:
+    r = Rank(0, 1)
+    r.init()
+    r.call(FN.ALL_REDUCE, 10 * MS, 11 * MS, a0=0xC0, a1=STREAM)
+    r.call(FN.STREAM_SYNC, 12 * MS, 13 * MS, a1=0x9999)  # other stream: not the collective's
+    assert not r.metric(c.M_COLLECTIVE)
+    first_sync = r.metric(c.M_CUDA_SYNC)[0]
+    r.call(FN.DEVICE_SYNC, 14 * MS, 20 * MS)
+    [coll] = r.metric(c.M_COLLECTIVE)
+    assert coll.attributes[c.COMPLETE_NS] == r.t.clock.to_unix(20 * MS)
+    # Events before completion belong to step 0, events after it to step 1.
+    comm = coll.attributes[c.COMM_ID]
+    assert first_sync.attributes[c.CAUSAL_CHAIN_ID] == c.causal_chain_id(comm, 0)
+    r.call(FN.MALLOC, 21 * MS, 22 * MS, a2=4096)
+    [malloc] = r.metric(c.M_CUDA_MALLOC)
+    assert malloc.attributes[c.CAUSAL_CHAIN_ID] == c.causal_chain_id(comm, 1)
+    assert malloc.attributes[c.BYTES] == 4096
+
+
+def test_split_children_and_p2p_match_across_ranks() -> None:
+    ranks = [Rank(r, 2) for r in range(2)]
+    for r in ranks:
+        r.init()
+        child = 0xD0 + r.rank
+        split = CallRecord(r.pid, r.pid, FN.COMM_SPLIT, 2 * MS, 3 * MS, 0xC0, 1, r.rank, child, 0)
+        r.t.handle(InitRecord(split, b"\0" * 128))
+        r.call(FN.ALL_REDUCE, 5 * MS, 6 * MS, a0=child, a1=STREAM)
+        peer = 1 - r.rank
+        fn = FN.SEND if r.rank == 0 else FN.RECV
+        r.call(fn, 7 * MS, 8 * MS, a0=0xC0, a1=STREAM, a2=16, a3=7 | (peer << 16))
+        r.call(FN.STREAM_SYNC, 9 * MS, 10 * MS, a1=STREAM)
+    inits = [[p.attributes[c.COMM_ID] for p in r.metric(c.M_COMM_INIT)] for r in ranks]
+    assert inits[0] == inits[1] and len(set(inits[0])) == 2
+    assert ranks[0].metric(c.M_COMM_INIT)[1].attributes[c.PARENT_COMM_ID] == inits[0][0]
+    chains = [sorted(p.attributes[c.CAUSAL_CHAIN_ID] for p in r.metric(c.M_COLLECTIVE)) for r in ranks]
+    assert chains[0] == chains[1]
+    assert any(".0>1:0" in ch for ch in chains[0])
+
+
+def test_comm_seen_before_its_init_is_unaligned_with_rank_from_environment() -> None:
+    r = Rank(3, 8, env_rank=3)
+    r.step(10 * MS, 20 * MS, handle=0xEE)
+    [coll] = r.metric(c.M_COLLECTIVE)
+    assert coll.attributes[c.SEQ_ALIGNED] is False and coll.attributes[c.SEQ] == 0
+    assert r.t.resources[(100, 7)][c.RANK] == 3 and r.t.resources[(100, 7)][c.NRANKS] == 8
+    other = Rank(5, 8, env_rank=5)  # another rank of the same job agrees on the guessed comm id
+    other.step(10 * MS, 20 * MS, handle=0x77)
+    assert other.metric(c.M_COLLECTIVE)[0].attributes[c.COMM_ID] == coll.attributes[c.COMM_ID]
+
+
+def test_exit_flushes_pending_and_a_reused_pid_is_a_new_process() -> None:
+    r = Rank(0, 1)
+    r.init()
+    r.call(FN.ALL_REDUCE, 10 * MS, 11 * MS, a0=0xC0, a1=STREAM)
+    r.t.handle(ExitRecord(r.pid, 12 * MS))
+    [coll] = r.metric(c.M_COLLECTIVE)
+    assert c.COMPLETE_NS not in coll.attributes  # no sync ever waited for it
+    assert r.t.sweep(13 * MS) == [r.pid]
+    r.t.track(ProcessInfo(r.pid, 99, EnvIdentity(rank=4, world_size=8)))
+    r.call(FN.MALLOC, 20 * MS, 21 * MS)
+    keys = [k for k, p in r.points if p.metric_name == c.M_CUDA_MALLOC]
+    assert keys == [(r.pid, 99)]
+
+
+def test_offcpu_and_launch_windows() -> None:
+    r = Rank(0, 1)
+    r.init()
+    r.t.handle(OffCpuRecord(r.pid, r.pid + 1, 10 * MS, 14 * MS, 13 * MS, True, FN.STREAM_SYNC))
+    [off] = r.metric(c.M_OFFCPU)
+    assert off.value == pytest.approx(4.0) and off.attributes[c.OFFCPU_STATE] == "sleeping"
+    assert off.attributes[c.CALL_IN_FLIGHT] == "cudaStreamSynchronize"
+    assert off.attributes[c.RUNQ_MS] == pytest.approx(1.0) and off.attributes[c.TID] == r.pid + 1
+    r.t.launch_counts({r.pid: (r.pid, 50)}, 100 * MS)
+    r.t.launch_counts({r.pid: (r.pid, 80)}, 200 * MS)
+    r.t.launch_counts({r.pid: (r.pid, 80)}, 300 * MS)  # nothing new: no point
+    launches = r.metric(c.M_KERNEL_LAUNCHES)
+    assert [p.value for p in launches] == [50, 30]
+    assert launches[1].attributes[c.WINDOW_NS] == 100 * MS
+
+
+def test_event_ids_are_stable_and_distinct() -> None:
+    a, b = Rank(0, 1), Rank(0, 1)
+    for r in (a, b):
+        r.init()
+        r.step(10 * MS, 20 * MS)
+        r.step(30 * MS, 40 * MS)
+    ids_a = [p.attributes[c.EVENT_ID] for _, p in a.points]
+    assert ids_a == [p.attributes[c.EVENT_ID] for _, p in b.points]
+    assert len(set(ids_a)) == len(ids_a)
+
+
+def test_health_drops_for_a_slow_step_only() -> None:
+    h = StepHealth()
+    scores = [h.step(90 * MS).score for _ in range(5)]
+    assert scores == [1.0] * 5
+    slow = h.step(380 * MS)
+    assert slow.score == pytest.approx(90 / 380, abs=1e-3) and slow.baseline_ns == 90 * MS
+    assert h.step(90 * MS).score == 1.0
+    assert score(100, 100, 50, False) == 0.5
+    assert score(100, 100, 0, True) == 0.7
+    assert 0.0 <= score(10, 1000, 10**9, True) <= 1.0
+
+
+def test_environment_and_stat_parsing(tmp_path: Path) -> None:
+    raw = b"RANK=5\0WORLD_SIZE=8\0LOCAL_RANK=1\0MASTER_ADDR=10.0.0.1\0MASTER_PORT=29500\0junk\0"
+    env = parse_environ(raw)
+    ident = env_identity(env)
+    assert (ident.rank, ident.world_size, ident.local_rank, ident.job_key) == (5, 8, 1, "10.0.0.1:29500")
+    slurm = env_identity({"SLURM_PROCID": "3", "SLURM_NTASKS": "16", "SLURM_LOCALID": "3"})
+    assert (slurm.rank, slurm.world_size) == (3, 16)
+    assert env_identity({"RANK": "x"}).rank is None
+    stat = "42 (python (x) y) S " + " ".join(str(i) for i in range(4, 60))
+    assert parse_stat_start(stat) == 22
+    proc = tmp_path / "42"
+    proc.mkdir()
+    (proc / "stat").write_text(stat)
+    (proc / "environ").write_bytes(b"OMPI_COMM_WORLD_RANK=2\0OMPI_COMM_WORLD_SIZE=4\0")
+    info = read_process(str(tmp_path), 42)
+    assert info is not None and info.key == (42, 22) and info.env.rank == 2
+    assert read_process(str(tmp_path), 43) is None
+
+
+def test_clock_offset_takes_the_narrowest_bracket_and_the_test_knob() -> None:
+    reads = iter([100, 10, 140, 200, 20, 202])  # widths 40 and 2: the second bracket wins
+    sample = measure_offset(2, realtime=lambda: next(reads), monotonic=lambda: next(reads))
+    assert sample.offset_ns == 201 - 20 and sample.uncertainty_ns == 1
+    real = ClockConverter()
+    skewed = ClockConverter(extra_offset_ns=250 * MS)
+    assert abs(skewed.to_unix(0) - real.to_unix(0) - 250 * MS) < MS
