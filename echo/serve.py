@@ -18,6 +18,7 @@ from echo.settings import Settings, SettingsError, settings_from_args
 from echo.store.lock import StoreLockedError
 
 log = logging.getLogger("echo")
+GIL_SWITCH_INTERVAL_S = 0.0005
 GPU_RATES_ENV = "RANKECHO_GPU_RATES"
 
 
@@ -31,6 +32,9 @@ def main(args: argparse.Namespace) -> int:
     except (SettingsError, ValueError) as exc:
         print(f"rankecho serve: {exc}", file=sys.stderr)
         return 2
+    # Receiver threads hold the GIL while decoding; the writer needs it briefly between DuckDB calls
+    # and would wait up to the 5 ms default for each. 0.5 ms measured ~10% more points/s.
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stop.set())
