@@ -61,7 +61,7 @@ LIMIT $max_rows;
 
 -- name: event_history
 -- Time-ordered events matching every given filter (NULL = any), oldest first, at most $max_rows.
--- The value is value_double, else value_int.
+-- The value is value_double, else value_int; attrs_json is cut at 16385 characters (sanitize.MAX_ATTRS_CHARS + 1).
 SELECT timestamp_ns,
        cluster_id,
        node_id,
@@ -71,7 +71,7 @@ SELECT timestamp_ns,
        metric_name,
        coalesce(value_double, value_int) AS value,
        causal_chain_id,
-       attrs_json
+       left(attrs_json, 16385) AS attrs_json  -- longer blobs come back clipped and flagged, not parsed
 FROM events
 WHERE ($start_ns IS NULL OR timestamp_ns >= $start_ns)
   AND ($end_ns IS NULL OR timestamp_ns < $end_ns)

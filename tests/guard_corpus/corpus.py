@@ -18,7 +18,7 @@ from echo.store.migrate import migrate
 
 HERE = Path(__file__).resolve().parent
 ROWS = 4000
-START_NS = 1_796_220_000_000_000_000  # 2026-12-02T12:40:00Z
+START_NS = 1_796_220_000_000_000_000  # 2026-12-02T14:00:00Z
 STEP_NS = 250_000_000
 
 
