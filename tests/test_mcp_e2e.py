@@ -8,11 +8,11 @@ deterministic), so every tool's answer is checked against what was sent, not aga
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -23,6 +23,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from echo.queries import seed_examples
 from echo.stress.harness import StressProcess
 from echo.stress.planting import StressPlan
 from echo.stress.server import EchoProcess
@@ -38,14 +39,7 @@ TOOLS = {
     "fleet.cluster.run_analysis",
     "fleet.cluster.get_cost",
 }
-SEED_QUERIES = {
-    "per_node": "SELECT cluster_id, node_id, COUNT(*) AS events FROM events GROUP BY cluster_id, node_id ORDER BY node_id",
-    "chains": "SELECT COUNT(DISTINCT json_extract_string(attrs_json, '$.causal_chain_id')) AS chains FROM events "
-    "WHERE attrs_json LIKE '%causal_chain_id%'",
-    "stragglers": "SELECT node_id, COUNT(*) AS straggler_events FROM events WHERE value_double < 0.40 GROUP BY node_id",
-    "quantiles": "SELECT node_id, quantile_cont(value_double, 0.5) AS median_health, "
-    "quantile_cont(value_double, 0.95) AS p95_health FROM events GROUP BY node_id",
-}
+SEED_QUERIES = {q.name: q.sql for q in seed_examples()}  # the fan-in proof's four, verbatim
 
 
 @pytest.fixture(scope="module")
@@ -84,12 +78,21 @@ async def _session_calls(
     return out
 
 
+@contextlib.asynccontextmanager
+async def http_session(echo: EchoProcess) -> AsyncIterator[ClientSession]:
+    client = create_mcp_http_client(headers={"Authorization": f"Bearer {TEST_TOKEN}"})
+    async with (
+        client,
+        streamable_http_client(mcp_url(echo), http_client=client) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        yield session
+
+
 def over_http(echo: EchoProcess, calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     async def go() -> list[dict[str, Any]]:
-        client = create_mcp_http_client(headers={"Authorization": f"Bearer {TEST_TOKEN}"})
-        async with client, streamable_http_client(mcp_url(echo), http_client=client) as (read, write):
-            async with ClientSession(read, write) as session:
-                return await _session_calls(session, calls)
+        async with http_session(echo) as session:
+            return await _session_calls(session, calls)
 
     return asyncio.run(go())
 
@@ -172,13 +175,11 @@ def test_every_tool_over_streamable_http(echo: EchoProcess) -> None:
 
 def test_refusal_over_http_says_what_is_allowed(echo: EchoProcess) -> None:
     async def go() -> Any:
-        client = create_mcp_http_client(headers={"Authorization": f"Bearer {TEST_TOKEN}"})
-        async with client, streamable_http_client(mcp_url(echo), http_client=client) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                return await session.call_tool(
-                    "fleet.cluster.run_analysis", {"sql": "COPY events TO '/tmp/x.csv'"}
-                )
+        async with http_session(echo) as session:
+            await session.initialize()
+            return await session.call_tool(
+                "fleet.cluster.run_analysis", {"sql": "COPY events TO '/tmp/x.csv'"}
+            )
 
     result = asyncio.run(go())
     text = " ".join(getattr(c, "text", "") for c in result.content)
