@@ -103,7 +103,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     plan = StressPlan("bench", "producer", args.producers, args.pool // args.producers)
     cfg = StressConfig(plan, Target("unused:0"), "raw", args.batch, duration_s=args.seconds)
     t = time.monotonic()
-    work = runner.prepare(cfg, workers=os.cpu_count() or 1)
+    work = runner.prepare(cfg, workers=os.cpu_count() or 1, prebuild_limit=None)
     print(
         f"encoded {plan.total:,} points in {time.monotonic() - t:.1f} s "
         f"({args.producers} producers, {args.batch} points per request)",

@@ -54,3 +54,20 @@ def test_sdk_metrics_hold_the_same_points_as_the_raw_request() -> None:
     raw_points = via_raw.resource_metrics[0].scope_metrics[0].metrics[0].gauge.data_points
     assert list(sdk_points) == list(raw_points)
     assert via_sdk.resource_metrics[0].resource == via_raw.resource_metrics[0].resource
+
+
+def test_prepare_covers_each_block_once_and_prebuilds_within_the_limit() -> None:
+    from echo.stress.runner import StressConfig, prepare
+    from echo.stress.senders import Target
+
+    plan = StressPlan("c", "n", producers=3, events_per_producer=1050)
+    cfg = StressConfig(plan, Target("unused:0"), client="raw", batch=500)
+    work = prepare(cfg)
+    for p, batches in enumerate(work):
+        covered = [i for b in batches for i in range(b.first, b.first + b.count)]
+        assert covered == list(plan.producer_range(p))
+        assert [b.count for b in batches] == [500, 500, 50]
+        assert all(isinstance(b.payload, bytes) for b in batches)
+    assert all(b.payload is None for bs in prepare(cfg, prebuild_limit=3000) for b in bs)
+    paced = prepare(StressConfig(plan, Target("unused:0"), client="raw", batch=500, rate=300))
+    assert {b.count for b in paced[0]} == {10}  # 100 events/s per producer -> 10 per batch, 10 sends/s

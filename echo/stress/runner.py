@@ -28,6 +28,8 @@ from echo.stress.retry import RetryPolicy, retry_delay
 from echo.stress.senders import Outcome, Sender, Target, make_sender
 
 SEND_TIMEOUT_S = 10.0
+PREBUILD_LIMIT = 2_000_000
+"""Most events the raw client encodes before sending (~80 bytes each in memory)."""
 
 
 @dataclass(frozen=True)
@@ -134,11 +136,15 @@ def producer_batches(plan: StressPlan, producer: int, size: int, prebuild: bool)
     ]
 
 
-def prepare(cfg: StressConfig, workers: int = 1) -> list[list[Batch]]:
-    """Every producer's batches; raw requests are encoded here, before any clock starts, and may be
-    reused by several runs (each into a fresh store). ``workers`` > 1 encodes in forked processes."""
-    args = [(cfg.plan, p, batch_size(cfg), cfg.client == "raw") for p in range(cfg.plan.producers)]
-    if workers <= 1 or cfg.client != "raw":
+def prepare(
+    cfg: StressConfig, workers: int = 1, prebuild_limit: int | None = PREBUILD_LIMIT
+) -> list[list[Batch]]:
+    """Every producer's batches. Raw requests are encoded here, before any clock starts (up to
+    ``prebuild_limit`` events in all; beyond it each batch is encoded just before it is sent), and may
+    be reused by several runs (each into a fresh store). ``workers`` > 1 encodes in forked processes."""
+    prebuild = cfg.client == "raw" and (prebuild_limit is None or cfg.plan.total <= prebuild_limit)
+    args = [(cfg.plan, p, batch_size(cfg), prebuild) for p in range(cfg.plan.producers)]
+    if workers <= 1 or not prebuild:
         return [producer_batches(*a) for a in args]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
