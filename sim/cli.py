@@ -39,7 +39,8 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     import sys
 
-    from sim.launcher import LaunchError, LaunchOptions, run_scenario
+    from sim.launcher import LaunchOptions, run_scenario
+    from sim.procs import LaunchError
     from sim.scenario import ScenarioError, load_scenario
 
     try:

@@ -28,16 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from sim.agents import Agent, AgentSpec, start_agents, stop_agents
 from sim.groundtruth import build_ground_truth, rank_log_path, read_rank_logs
+from sim.procs import LaunchError, stop_process, tail
 from sim.scenario import Node, Scenario
 
 SIM_ROOT = Path(__file__).resolve().parent
 LIB_NAMES = ("libcudart.so.12", "libnccl.so.2")
-AGENT_READY_TIMEOUT_S = 60.0
-
-
-class LaunchError(RuntimeError):
-    """The cluster could not be started or a process failed; the message says which and why."""
 
 
 class Stopped(Exception):
@@ -165,13 +162,6 @@ def rank_env(
     return env
 
 
-def tail(path: Path, chars: int = 2000) -> str:
-    try:
-        return path.read_text(errors="replace")[-chars:]
-    except OSError:
-        return "(no output)"
-
-
 @contextmanager
 def _sigterm_raises() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
@@ -188,84 +178,18 @@ def _sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, grace_s: float = 5.0) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(sig)
-    try:
-        proc.wait(grace_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-@dataclass
-class _Agent:
-    node: Node
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-
 class Cluster:
     """The processes of one run. Not reusable: build one per run."""
 
     def __init__(self, scenario: Scenario, opts: LaunchOptions, run_dir: Path, lib_dirs: dict[str, Path]):
         self.scenario, self.opts, self.run_dir, self.lib_dirs = scenario, opts, run_dir, lib_dirs
         self.ranks: dict[int, subprocess.Popen[bytes]] = {}
-        self.agents: list[_Agent] = []
+        self.agents: list[Agent] = []
         self._last_progress = 0.0
 
     def say(self, msg: str) -> None:
         if self.opts.progress is not None:
             print(f"rankecho sim: {msg}", file=self.opts.progress, flush=True)
-
-    def start_agent(self, node: Node) -> None:
-        assert self.opts.agent_endpoint
-        node_dir, lib = self.run_dir / node.id, self.lib_dirs[node.id]
-        ready, log = node_dir / "agent.ready", node_dir / "agent.log"
-        ready.unlink(missing_ok=True)
-        argv = [
-            self.opts.python,
-            "-m",
-            "rankecho",
-            "agent",
-            "--endpoint",
-            self.opts.agent_endpoint,
-            "--cluster-id",
-            self.scenario.cluster_id,
-            "--node-id",
-            node.id,
-            "--nccl-lib",
-            str(lib / "libnccl.so.2"),
-            "--cuda-lib",
-            str(lib / "libcudart.so.12"),
-            "--clock-offset-ns",
-            str(node.clock_offset_ns),
-            "--ready-file",
-            str(ready),
-        ]
-        env = dict(os.environ)
-        if self.opts.token is not None:
-            env["RANKECHO_TOKEN"] = self.opts.token
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        self.agents.append(_Agent(node, proc, log))
-        deadline = time.monotonic() + AGENT_READY_TIMEOUT_S
-        while not ready.exists():
-            if proc.poll() is not None:
-                raise LaunchError(
-                    f"the agent for node {node.id} exited with code {proc.returncode} before it was "
-                    f"ready; its log {log} ends with:\n{tail(log)}"
-                )
-            if time.monotonic() > deadline:
-                raise LaunchError(
-                    f"the agent for node {node.id} was not ready within {AGENT_READY_TIMEOUT_S:.0f} s "
-                    f"(no {ready}); see its log {log}:\n{tail(log)}"
-                )
-            time.sleep(0.05)
-        self.say(f"agent for {node.id} ready (pid {proc.pid}, log {log})")
 
     def start_ranks(self) -> None:
         port = free_port()
@@ -338,8 +262,7 @@ class Cluster:
             if late_agents and min(done.values()) >= self.scenario.agent_start_after_step:
                 late_agents = False
                 self.say(f"every rank passed step {self.scenario.agent_start_after_step}: starting agents")
-                for node in self.scenario.nodes:
-                    self.start_agent(node)
+                self.start_agents()
             bad = self.failed_rank()
             if bad is not None:
                 time.sleep(0.5)  # peers of a dead rank abort too; report the one that failed first
@@ -361,16 +284,16 @@ class Cluster:
         for proc in self.ranks.values():
             stop_process(proc, grace_s=3.0)
 
-    def stop_agents(self) -> None:
-        for agent in self.agents:
-            if agent.proc.poll() is None:
-                agent.proc.send_signal(signal.SIGTERM)
-        for agent in self.agents:
-            stop_process(agent.proc, grace_s=30.0)
-            if agent.proc.returncode not in (0, -signal.SIGTERM):
-                self.say(
-                    f"agent for {agent.node.id} exited with code {agent.proc.returncode}; see {agent.log}"
-                )
+    def agent_spec(self) -> AgentSpec:
+        assert self.opts.agent_endpoint
+        return AgentSpec(
+            self.opts.agent_endpoint, self.scenario.cluster_id, self.opts.token, self.opts.python
+        )
+
+    def start_agents(self) -> None:
+        start_agents(self.scenario.nodes, self.agent_spec(), self.run_dir, self.lib_dirs, self.agents)
+        for a in self.agents:
+            self.say(f"agent for {a.node.id} ready (pid {a.proc.pid}, log {a.log})")
 
 
 def run_scenario(scenario: Scenario, opts: LaunchOptions) -> RunResult:
@@ -385,8 +308,7 @@ def run_scenario(scenario: Scenario, opts: LaunchOptions) -> RunResult:
     with _sigterm_raises():
         try:
             if opts.agent_endpoint and scenario.agent_start_after_step == 0:
-                for node in scenario.nodes:
-                    cluster.start_agent(node)
+                cluster.start_agents()
             cluster.start_ranks()
             cluster.wait()
         except LaunchError as e:
@@ -400,7 +322,7 @@ def run_scenario(scenario: Scenario, opts: LaunchOptions) -> RunResult:
             rc = 143
         finally:
             cluster.stop_ranks()
-            cluster.stop_agents()
+            stop_agents(cluster.agents, cluster.say)
     result = RunResult(rc, run_dir, time.monotonic() - started, lib_dirs=lib_dirs)
     result.truth = build_ground_truth(scenario, read_rank_logs(run_dir, scenario))
     if opts.ground_truth is not None:

@@ -85,6 +85,8 @@ def test_agents_start_ready_before_ranks_and_stop_after(tmp_path: Path, fake_age
         assert rec["ready_ns"] < min(log.start_ns for log in logs.values())
         assert rec["sigterm_ns"] > max(log.done_ns for log in logs.values())
         assert logs[rank].node_id == node
+    # Both agents were launched before either was ready: they start together, not one after another.
+    assert max(r["started_ns"] for r in records.values()) < min(r["ready_ns"] for r in records.values())
 
 
 def test_agents_can_start_after_step_k(tmp_path: Path, fake_agent: str) -> None:

@@ -1,0 +1,109 @@
+"""One rankecho agent per simulated node, started with the command agreed with the agent.
+
+Agents of all nodes start together (each compiles its BPF program for about a second) and the
+caller waits until every ready file exists; after the ranks exit each agent gets SIGTERM and time
+to flush. Usage::
+
+    agents = start_agents(nodes, AgentSpec(endpoint, cluster_id, token, python), run_dir, lib_dirs)
+    ...
+    stop_agents(agents, say=print)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.procs import LaunchError, stop_process, tail
+from sim.scenario import Node
+
+READY_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    endpoint: str
+    cluster_id: str
+    token: str | None
+    python: str
+
+
+@dataclass
+class Agent:
+    node: Node
+    proc: subprocess.Popen[bytes]
+    log: Path
+    ready: Path
+
+
+def agent_argv(spec: AgentSpec, node: Node, lib_dir: Path, ready: Path) -> list[str]:
+    return [
+        *(spec.python, "-m", "rankecho", "agent", "--endpoint", spec.endpoint),
+        *("--cluster-id", spec.cluster_id, "--node-id", node.id),
+        *("--nccl-lib", str(lib_dir / "libnccl.so.2"), "--cuda-lib", str(lib_dir / "libcudart.so.12")),
+        *("--clock-offset-ns", str(node.clock_offset_ns), "--ready-file", str(ready)),
+    ]
+
+
+def spawn_agent(spec: AgentSpec, node: Node, node_dir: Path, lib_dir: Path) -> Agent:
+    ready, log = node_dir / "agent.ready", node_dir / "agent.log"
+    ready.unlink(missing_ok=True)
+    env = dict(os.environ)
+    if spec.token is not None:
+        env["RANKECHO_TOKEN"] = spec.token
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            agent_argv(spec, node, lib_dir, ready),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    return Agent(node, proc, log, ready)
+
+
+def wait_ready(agents: Iterable[Agent], timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Block until every agent's ready file exists; raise naming the agent and its log otherwise."""
+    deadline = time.monotonic() + timeout_s
+    for a in agents:
+        while not a.ready.exists():
+            if a.proc.poll() is not None:
+                raise LaunchError(
+                    f"the agent for node {a.node.id} exited with code {a.proc.returncode} before it was "
+                    f"ready; its log {a.log} ends with:\n{tail(a.log)}"
+                )
+            if time.monotonic() > deadline:
+                raise LaunchError(
+                    f"the agent for node {a.node.id} was not ready within {timeout_s:.0f} s "
+                    f"(no {a.ready}); see its log {a.log}:\n{tail(a.log)}"
+                )
+            time.sleep(0.05)
+
+
+def start_agents(
+    nodes: Iterable[Node], spec: AgentSpec, run_dir: Path, lib_dirs: dict[str, Path], into: list[Agent]
+) -> None:
+    """Start one agent per node, appending each to ``into`` at once (so a failure still stops them),
+    then wait until all are ready."""
+    started = []
+    for node in nodes:
+        agent = spawn_agent(spec, node, run_dir / node.id, lib_dirs[node.id])
+        into.append(agent)
+        started.append(agent)
+    wait_ready(started)
+
+
+def stop_agents(agents: Iterable[Agent], say: Callable[[str], None], grace_s: float = 30.0) -> None:
+    agents = list(agents)
+    for a in agents:
+        if a.proc.poll() is None:
+            a.proc.send_signal(signal.SIGTERM)
+    for a in agents:
+        stop_process(a.proc, grace_s=grace_s)
+        if a.proc.returncode not in (0, -signal.SIGTERM):
+            say(f"agent for {a.node.id} exited with code {a.proc.returncode}; see {a.log}")
