@@ -164,9 +164,9 @@ def test_echo_down_for_30_s_loses_nothing(tmp_path: Path) -> None:
         echo.stop()
     con = duckdb.connect(str(tmp_path / "echo.db"), read_only=True)
     try:
-        counts = dict(con.sql(f"SELECT rank, count(*) FROM events WHERE metric_name = '{c.M_COLLECTIVE}' "
-                              "GROUP BY rank").fetchall())
-        dupes = con.sql("SELECT count(*) - count(DISTINCT event_id) FROM events").fetchone()
+        counts = dict(con.execute("SELECT rank, count(*) FROM events WHERE metric_name = ? GROUP BY rank",
+                                  [c.M_COLLECTIVE]).fetchall())
+        dupes = con.execute("SELECT count(*) - count(DISTINCT event_id) FROM events").fetchone()
     finally:
         con.close()
     assert counts == {0: steps, 1: steps}
