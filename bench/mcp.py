@@ -1,0 +1,150 @@
+"""MCP investigation latency on a 1M-event store, and what the SQL guard costs per query.
+
+Builds a sealed store of ``--rows`` synthetic events (16 nodes x 8 ranks, health scores with one
+straggling rank, causal chains, GPU models in attrs_json), then measures, each query ``--repeat``
+times, side by side in one run:
+
+- ``run_analysis`` (guard at the boundary + guard in the store + read-only transaction + caps + JSON)
+  against the same SQL executed raw on a cursor: p50/p95 and the ratio of medians;
+- the tools that run named queries (summary, event_history, find_outlier_nodes, get_cost): p50/p95;
+- ``check_sql`` alone per query (lexical + DuckDB parse + AST walk): median, and its share of a call.
+
+Usage: ``python -m bench mcp [--rows 1000000] [--repeat 15]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from echo.guard import check_sql
+from echo.guard.instance import seal
+from echo.mcp.rates import load_rates
+from echo.mcp.tools import Investigation, Limits
+from echo.queries import seed_examples
+from echo.store.migrate import migrate
+from echo.store.reader import Reader
+
+START_NS = 1_796_221_800_000_000_000
+ANALYSES = {
+    **{q.name: q.sql for q in seed_examples()},
+    "chain_spread": "SELECT causal_chain_id, arg_max(rank, timestamp_ns) AS last_rank, "
+    "(max(timestamp_ns) - min(timestamp_ns)) / 1e6 AS spread_ms FROM events "
+    "WHERE causal_chain_id IS NOT NULL GROUP BY 1 ORDER BY spread_ms DESC LIMIT 20",
+    "per_rank_lag": "WITH w AS (SELECT rank, value_double, lag(value_double) OVER (PARTITION BY rank "
+    "ORDER BY timestamp_ns) AS prev FROM events WHERE node_id = 'node-05') "
+    "SELECT rank, avg(value_double - prev) AS drift FROM w GROUP BY rank ORDER BY rank",
+    "minute_health": "SELECT node_id, timestamp_ns // 60000000000 AS minute, avg(value_double) AS mean "
+    "FROM events WHERE metric_name = 'rankecho.health.score' GROUP BY ALL ORDER BY ALL LIMIT 1000",
+}
+
+
+def build(path: Path, rows: int) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(str(path))
+    migrate(con)
+    con.execute(
+        """
+        INSERT INTO events
+        SELECT printf('ev-%09d', i), $start + i * 1000000, $start + i * 1000000, 'metric', 'bench-cluster',
+               printf('node-%02d', i // 8 % 16), 'rankecho.health.score', i % 128, 128,
+               CASE WHEN i % 128 = 43 AND i % 1024 = 43 THEN 0.2 ELSE 0.6 + (i % 37) / 100 END, NULL,
+               CASE WHEN i // 128 % 10 = 0 THEN printf('comm:%d', i // 128) END,
+               json_object('rankecho.gpu.model', 'NVIDIA H100 80GB HBM3', 'rankecho.bytes', i % 4096,
+                           'causal_chain_id',
+                           CASE WHEN i // 128 % 10 = 0 THEN printf('comm:%d', i // 128) END)
+        FROM range($rows) t(i)
+        """,
+        {"start": START_NS, "rows": rows},
+    )
+    con.execute("CHECKPOINT")
+    seal(con, "4GB")
+    return con
+
+
+def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
+    fn()  # warm
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def p50_p95(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "p50_ms": statistics.median(ordered),
+        "p95_ms": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
+    }
+
+
+def raw(con: duckdb.DuckDBPyConnection, sql: str) -> Callable[[], Any]:
+    def go() -> Any:
+        cur = con.cursor()
+        try:
+            return cur.execute(sql).fetchmany(1001)
+        finally:
+            cur.close()
+
+    return go
+
+
+def run(argv: list[str]) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="python -m bench mcp")
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        con = build(Path(tmp) / "bench.db", args.rows)
+        print(f"store: {args.rows} events built in {time.perf_counter() - started:.1f} s")
+        inv = Investigation(Reader(con), load_rates(), Limits(timeout_s=60))
+        results: dict[str, Any] = {"rows": args.rows, "repeat": args.repeat, "run_analysis": {}, "tools": {}}
+        print(
+            f"{'run_analysis query':<22}{'p50 ms':>9}{'p95 ms':>9}{'raw p50':>9}{'ratio':>7}"
+            f"{'guard ms':>10}{'guard %':>8}"
+        )
+        for name, sql in ANALYSES.items():
+            tool = p50_p95(timed(lambda sql=sql: inv.run_analysis(sql), args.repeat))
+            bare = p50_p95(timed(raw(con, sql), args.repeat))
+            guard = statistics.median(timed(lambda sql=sql: check_sql(sql), max(50, args.repeat)))
+            row = {
+                **tool,
+                "raw_p50_ms": bare["p50_ms"],
+                "ratio": tool["p50_ms"] / bare["p50_ms"],
+                "guard_ms": guard,
+            }
+            row["guard_share"] = 2 * guard / tool["p50_ms"]  # checked at the boundary and in the store
+            results["run_analysis"][name] = row
+            print(
+                f"{name:<22}{row['p50_ms']:>9.2f}{row['p95_ms']:>9.2f}{row['raw_p50_ms']:>9.2f}"
+                f"{row['ratio']:>7.2f}{guard:>10.3f}{100 * row['guard_share']:>7.1f}%"
+            )
+        window = "14:30-14:45"
+        tools: dict[str, Callable[[], Any]] = {
+            "summary": lambda: inv.summary(),
+            "event_history(node,rank)": lambda: inv.event_history(node_id="node-05", rank=43, window=window),
+            "find_outlier_nodes(thr)": lambda: inv.find_outlier_nodes("rankecho.health.score", window, 0.4),
+            "find_outlier_nodes(mad)": lambda: inv.find_outlier_nodes(
+                "rankecho.health.score", window, method="mad"
+            ),
+            "get_cost": lambda: inv.get_cost(),
+        }
+        print(f"\n{'tool':<26}{'p50 ms':>9}{'p95 ms':>9}")
+        for name, fn in tools.items():
+            stats = p50_p95(timed(fn, max(5, args.repeat // 3)))
+            results["tools"][name] = stats
+            print(f"{name:<26}{stats['p50_ms']:>9.2f}{stats['p95_ms']:>9.2f}")
+        guards = [r["guard_ms"] for r in results["run_analysis"].values()]
+        results["guard_median_ms"] = statistics.median(guards)
+        print(f"\nguard (check_sql) median over the queries: {results['guard_median_ms']:.3f} ms per check")
+        con.close()
+    return results
