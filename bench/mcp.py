@@ -15,6 +15,7 @@ Usage: ``python -m bench mcp [--rows 1000000] [--repeat 15]``
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import tempfile
 import time
@@ -113,9 +114,9 @@ def run(argv: list[str]) -> dict[str, Any]:
             f"{'guard ms':>10}{'guard %':>8}"
         )
         for name, sql in ANALYSES.items():
-            tool = p50_p95(timed(lambda sql=sql: inv.run_analysis(sql), args.repeat))
+            tool = p50_p95(timed(functools.partial(inv.run_analysis, sql), args.repeat))
             bare = p50_p95(timed(raw(con, sql), args.repeat))
-            guard = statistics.median(timed(lambda sql=sql: check_sql(sql), max(50, args.repeat)))
+            guard = statistics.median(timed(functools.partial(check_sql, sql), max(50, args.repeat)))
             row = {
                 **tool,
                 "raw_p50_ms": bare["p50_ms"],
