@@ -88,6 +88,24 @@ elif plan == "p2p":
     out["call_ms"] = ms(t0)
     cudart.cudaStreamSynchronize(None)
     out["done_ms"] = ms(t0)
+elif plan == "sizes":
+    nccl.ncclBroadcast.argtypes = [P, P, C.c_size_t, C.c_int, C.c_int, P, P]
+    nccl.ncclReduce.argtypes = [P, P, C.c_size_t, C.c_int, C.c_int, C.c_int, P, P]
+    nccl.ncclAllGather.argtypes = [P, P, C.c_size_t, C.c_int, P, P]
+    nccl.ncclReduceScatter.argtypes = [P, P, C.c_size_t, C.c_int, C.c_int, P, P]
+    calls = {
+        "allreduce": lambda n: nccl.ncclAllReduce(None, None, n, 7, 0, comm, None),
+        "broadcast": lambda n: nccl.ncclBroadcast(None, None, n, 7, 0, comm, None),
+        "reduce": lambda n: nccl.ncclReduce(None, None, n, 7, 0, 1, comm, None),
+        "allgather": lambda n: nccl.ncclAllGather(None, None, n, 7, comm, None),
+        "reducescatter": lambda n: nccl.ncclReduceScatter(None, None, n, 7, 0, comm, None),
+    }
+    for name, call in calls.items():
+        for count in (1 << 10, 1 << 30):  # 4 KiB and 4 GiB of float32
+            t0 = time.monotonic()
+            assert call(count) == 0
+            cudart.cudaStreamSynchronize(None)
+            out[f"{name}:{count}"] = ms(t0)
 elif plan == "mismatch":
     allreduce(comm, 1024 * (rank + 1))
     out["unreachable"] = True
@@ -149,6 +167,19 @@ def test_grouped_send_recv_pairs_wait_for_the_late_peer(tmp_path: Path) -> None:
     assert r[0]["call_ms"] < 20 and r[1]["call_ms"] < 20
     assert r[0]["done_ms"] >= 180  # rank 0 waited in its sync for rank 1, 200 ms late
     assert r[1]["done_ms"] < 100
+
+
+def test_every_collective_completes_with_a_transfer_time_that_grows_with_bytes(tmp_path: Path) -> None:
+    r = results(run_ranks(tmp_path, 2, "sizes"))
+    # 4 GiB at 80 GB/s: all-reduce moves 2(n-1)/n = 1x, all-gather/reduce-scatter take the per-rank
+    # count, so n x 4 GiB total and (n-1)/n of it, broadcast/reduce 1x: about 54 ms each with 2 ranks.
+    for name in ("allreduce", "broadcast", "reduce"):
+        for x in r:
+            assert x[f"{name}:1024"] < 20
+            assert 50 <= x[f"{name}:1073741824"] - x[f"{name}:1024"] < 150, (name, x)
+    for name in ("allgather", "reducescatter"):
+        for x in r:
+            assert 50 <= x[f"{name}:1073741824"] - x[f"{name}:1024"] < 150, (name, x)
 
 
 def test_mismatched_collectives_abort_every_rank_with_a_clear_message(tmp_path: Path) -> None:
