@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+import httpx
 import pytest
 from echo_helpers import TEST_TOKEN, grpc_export, http_post, node_request
 
@@ -42,3 +43,17 @@ def test_token_check_rules() -> None:
     for header in (None, "", "s3cret", "Basic s3cret", "Bearer s3cre", "Bearer s3cret2", "Bearer \xff"):
         assert not check.allows(header)
     assert TokenCheck(None).allows(None) and not TokenCheck(None).enabled
+
+
+def test_refusal_before_the_body_is_read_closes_the_connection(echo_inproc: Echo) -> None:
+    """Otherwise the unread body would be parsed as the next request on a kept-alive connection."""
+    body = node_request("n1", 5).SerializeToString()
+    url = f"http://{echo_inproc.http_address}/v1/metrics"
+    ctype = {"Content-Type": "application/x-protobuf"}
+    with httpx.Client() as client:
+        refused = client.post(url, content=body, headers=ctype)
+        assert (refused.status_code, refused.headers.get("connection")) == (401, "close")
+        for _ in range(2):  # read bodies keep the connection open
+            ok = client.post(url, content=body, headers={**ctype, "Authorization": f"Bearer {TEST_TOKEN}"})
+            assert ok.status_code == 200 and ok.headers.get("connection") != "close"
+    assert echo_inproc.reader.query("SELECT count(*) FROM events").rows == [(5,)]

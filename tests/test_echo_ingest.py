@@ -130,3 +130,27 @@ def test_spans_logs_and_histograms_become_rows(echo_inproc: Echo) -> None:
     name, total, count, attrs = got["metric"]
     assert (name, total, count) == ("lat", 6.0, 3)
     assert json.loads(str(attrs))[keys.HIST_BUCKET_COUNTS] == [1, 2]
+
+
+def test_values_that_python_calls_equal_keep_their_own_types(echo_inproc: Echo) -> None:
+    now = time.time_ns()
+    sent = [True, 1, 1.0, (True,), (1,)]
+    points = [Point(c.M_HEALTH, now + i, 0.5) for i in range(len(sent))]
+    request = metrics_request({"node_id": "n"}, points)
+    for dp, value in zip(
+        request.resource_metrics[0].scope_metrics[0].metrics[0].gauge.data_points, sent, strict=True
+    ):
+        if isinstance(value, tuple):
+            kv = dp.attributes.add(key="flag")
+            kv.value.array_value.values.append(any_value(value[0]))
+        else:
+            dp.attributes.append(key_values({"flag": value})[0])
+    grpc_export(echo_inproc.grpc_address or "", request, TEST_TOKEN)
+    got = rows(echo_inproc, "SELECT attrs_json FROM events ORDER BY timestamp_ns")
+    assert [r[0] for r in got] == [
+        '{"flag":true}',
+        '{"flag":1}',
+        '{"flag":1.0}',
+        '{"flag":[true]}',
+        '{"flag":[1]}',
+    ]

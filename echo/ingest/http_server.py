@@ -61,6 +61,8 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    body_pending = False
+    """True from the start of a POST until its body has been read."""
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("http %s " + format, self.client_address[0], *args)
@@ -83,7 +85,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             body, ctype = status_pb2.Status(code=code, message=message).SerializeToString(), PROTOBUF
         headers = {"Retry-After": str(max(1, math.ceil(retry_after)))} if retry_after is not None else {}
-        if status in (411, 413):
+        if self.body_pending:  # the unread body would be parsed as the next request: hang up instead
             headers["Connection"] = "close"
             self.close_connection = True
         self._send(status, ctype, body, headers)
@@ -96,6 +98,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(*route())
 
     def do_POST(self) -> None:
+        self.body_pending = True
         ingest = self.server.ingest
         ctype = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
         as_json = ctype == JSON
@@ -114,7 +117,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             ingest.check_size(int(length))
-            body = self._decompress(self.rfile.read(int(length)), ingest)
+            raw = self.rfile.read(int(length))
+            self.body_pending = False
+            body = self._decompress(raw, ingest)
             request = self._parse(signal, ctype, body)
             response = ingest.export(signal, request)
         except IngestError as exc:

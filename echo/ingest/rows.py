@@ -96,7 +96,7 @@ class AttrResolver:
 
     def __init__(self, max_attributes: int) -> None:
         self.max_attributes = max_attributes
-        self._cache: dict[tuple[bytes, Any], Resolved] = {}
+        self._cache: dict[tuple[bytes, Any, Any], Resolved] = {}
 
     def resolve(self, resource_key: bytes, resource: Pairs, point: Pairs) -> tuple[Resolved, str | None]:
         """(columns + attrs_json, the point's ``rankecho.event_id`` or None).
@@ -114,7 +114,10 @@ class AttrResolver:
 
     def _lookup(self, resource_key: bytes, resource: Pairs, point: Pairs) -> Resolved:
         try:
-            key = (resource_key, tuple(point))
+            # Python says True == 1 == 1.0 (and hashes them alike): the value types are part of the key,
+            # so a point sending 1 never reuses the JSON of one that sent true.
+            types = tuple([repr(v) if v.__class__ is tuple else v.__class__ for _, v in point])
+            key = (resource_key, tuple(point), types)
             hit = self._cache.get(key)
         except TypeError:  # a kvlist value: not hashable, resolve without caching
             return self._compute(resource, point)

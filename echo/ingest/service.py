@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import duckdb
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2 as logs_svc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as metrics_svc
@@ -38,6 +39,10 @@ UNSUPPORTED = "unsupported"
 BUSY = "busy"
 UNAVAILABLE = "unavailable"
 UNAUTHENTICATED = "unauthenticated"
+
+
+DATA_ERRORS = (duckdb.ConstraintException, duckdb.ConversionException, duckdb.InvalidInputException)
+"""Commit failures caused by the rows themselves (the writer isolates them to one request)."""
 
 
 class IngestError(Exception):
@@ -151,6 +156,12 @@ class Ingest:
                 f"not committed within {self.settings.ack_timeout_s:g} s: retry (a resend is not duplicated)",
                 self.settings.retry_after_s,
             ) from None
+        except DATA_ERRORS as exc:  # this request's rows themselves: resending them cannot help
+            self.reject_request("invalid_rows")
+            raise IngestError(
+                INVALID, f"rows refused by the store ({exc}): fix the data, do not resend"
+            ) from None
         except Exception as exc:
+            self.reject_request("commit_failed")
             raise IngestError(UNAVAILABLE, f"commit failed ({exc}): retry; if it persists check Echo's log",
                               self.settings.retry_after_s) from None  # fmt: skip

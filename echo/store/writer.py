@@ -74,6 +74,8 @@ class Writer:
         self._closing = False
         self._held = False
         self._busy = False
+        self.failed: BaseException | None = None
+        """Set when DuckDB reported a fatal error: nothing more can be committed until a restart."""
         self._thread = threading.Thread(target=self._run, name="echo-writer", daemon=True)
 
     @property
@@ -82,7 +84,7 @@ class Writer:
 
     @property
     def running(self) -> bool:
-        return self._thread.is_alive() and not self._closing
+        return self._thread.is_alive() and not self._closing and self.failed is None
 
     def start(self) -> None:
         self._thread.start()
@@ -99,6 +101,8 @@ class Writer:
         with self._cond:
             if self._closing:
                 raise WriterClosedError("Echo is shutting down: retry against the restarted Echo")
+            if self.failed is not None:
+                raise WriterClosedError(f"the store failed ({self.failed}): restart Echo, then retry")
             if self._queued_rows and self._queued_rows + n > self._max_rows:
                 raise QueueFullError(self._retry_after_s)
             self._queue.append(_Pending(table, future))
@@ -159,8 +163,9 @@ class Writer:
                 for pending in taken:
                     self._commit_all([pending])
                 return
-            log.error("commit failed for a batch of %d rows: %s", taken[0].table.num_rows, exc)
-            self._stats.rejected("commit_failed", taken[0].table.num_rows)
+            log.error("commit failed for a request of %d rows: %s", taken[0].table.num_rows, exc)
+            if isinstance(exc, duckdb.FatalException):
+                self.failed = exc  # the database is invalidated: stop being ready, keep refusing
             taken[0].future.set_exception(exc)
             return
         for pending in taken:
