@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import ssl
+import sys
 import threading
 import zlib
 from collections.abc import Callable
@@ -56,6 +57,10 @@ class _Server(ThreadingHTTPServer):
         self.ingest = ingest
         self.auth = auth
         self.ops = ops
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that broke the connection (or the TLS handshake) costs one log line, not a traceback."""
+        log.info("http connection from %s dropped: %s", client_address[0], sys.exc_info()[1])
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -175,7 +180,8 @@ def start_http(
     if tls_files is not None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(*tls_files)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
+        # handshake on first read, in the connection's own thread, so a slow client cannot stall accept()
+        server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     thread = threading.Thread(target=server.serve_forever, name="otlp-http", daemon=True)
     thread.start()
     return server, server.server_address[1], thread
