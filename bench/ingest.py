@@ -31,6 +31,7 @@ from echo.stress.server import EchoProcess
 TOKEN = "bench-ingest-token"
 TARGET_POINTS_PER_S = 150_000
 TARGET_FANIN_S = 2.0
+COMMIT_SECONDS_SUM = "rankecho_echo_commit_seconds_sum"
 
 
 def stored_rows(db: Path) -> int:
@@ -45,6 +46,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def writer_busy_s(echo: EchoProcess) -> float | None:
+    """Seconds Echo's writer has spent committing so far, from its Prometheus ``/metrics``."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{echo.listening['otlp_http']}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(COMMIT_SECONDS_SUM):
+            return float(line.split()[-1])
+    return None
+
+
 def ingest_once(workdir: Path, cfg: StressConfig, work: list[list[Batch]], n: int) -> dict[str, Any]:
     db = workdir / f"ingest-{n}.db"
     with EchoProcess(db, token=TOKEN) as echo:
@@ -52,9 +68,13 @@ def ingest_once(workdir: Path, cfg: StressConfig, work: list[list[Batch]], n: in
             cfg.plan, Target(echo.otlp_grpc, TOKEN), "raw", cfg.batch, duration_s=cfg.duration_s
         )
         assert echo.proc is not None
-        echo_cpu, client_cpu = cpu_seconds(echo.proc.pid), time.process_time()
+        echo_cpu, client_cpu, busy = cpu_seconds(echo.proc.pid), time.process_time(), writer_busy_s(echo)
         result = runner.run(live, work)
         echo_cpu, client_cpu = cpu_seconds(echo.proc.pid) - echo_cpu, time.process_time() - client_cpu
+        busy_after = writer_busy_s(echo)
+        writer_busy = (
+            (busy_after - busy) / result.elapsed_s if busy is not None and busy_after is not None else None
+        )
         stop_started = time.monotonic()
     drain_s = time.monotonic() - stop_started
     rows = stored_rows(db)
@@ -71,6 +91,7 @@ def ingest_once(workdir: Path, cfg: StressConfig, work: list[list[Batch]], n: in
         "stop_s": round(drain_s, 2),
         "echo_cores": echo_cpu / result.elapsed_s,
         "client_cores": client_cpu / result.elapsed_s,
+        "writer_busy": writer_busy,
     }
 
 
@@ -118,7 +139,8 @@ def run(argv: list[str]) -> dict[str, Any]:
                 f"  ingest run {n + 1}: {r['points_per_s']:>9,.0f} points/s  acked {r['acked']:,} in "
                 f"{r['elapsed_s']:.1f} s  stored {r['stored']:,}  lost {r['lost']}  failed {r['failed']}  "
                 f"retries {r['retries']}  cores used: Echo {r['echo_cores']:.2f}, "
-                f"client {r['client_cores']:.2f}{'  (pool ran out: raise --pool)' if r['exhausted'] else ''}",
+                f"client {r['client_cores']:.2f}; Echo's writer committing {_pct(r['writer_busy'])}"
+                + ("  (pool ran out: raise --pool)" if r["exhausted"] else ""),
                 flush=True,
             )
         fanin = []
@@ -151,6 +173,10 @@ def run(argv: list[str]) -> dict[str, Any]:
         "fanin_runs": fanin,
         "cores": _cores(),
     }
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0%} of the time"
 
 
 def _cores() -> int:
