@@ -37,6 +37,9 @@ def test_barrier_holds_early_ranks_and_ground_truth_matches(tmp_path: Path) -> N
             "faults": [
                 {"rank": 3, "kind": "host_compute", "ms": 150, "every": 5, "start_step": 2},
                 {"rank": 0, "kind": "dataloader_stall", "ms": 100, "every": 7, "start_step": 4, "jitter": 10},
+                # two faults on one rank at one step add up
+                {"rank": 1, "kind": "host_compute", "ms": 60, "every": 100, "start_step": 14},
+                {"rank": 1, "kind": "dataloader_stall", "ms": 60, "every": 100, "start_step": 14},
             ],
         },
         "barrier",
@@ -47,7 +50,7 @@ def test_barrier_holds_early_ranks_and_ground_truth_matches(tmp_path: Path) -> N
     assert truth is not None
     assert [len(log.steps) for log in read_rank_logs(tmp_path, scenario).values()] == [16] * 4
     expected = {(2, 3, "host_compute"), (7, 3, "host_compute"), (12, 3, "host_compute")}
-    expected |= {(4, 0, "dataloader_stall"), (11, 0, "dataloader_stall")}
+    expected |= {(4, 0, "dataloader_stall"), (11, 0, "dataloader_stall"), (14, 1, "host_compute")}
     seen = {(s["step"], x["rank"], x["cause"]) for s in truth["per_step"] for x in s["stragglers"]}
     assert seen == expected
     fault_steps = {step for step, _, _ in expected}
@@ -59,7 +62,7 @@ def test_barrier_holds_early_ranks_and_ground_truth_matches(tmp_path: Path) -> N
     }
     for step, straggler, _ in sorted(expected):
         late = rank_row(truth, step, straggler)["entered_late_by_ms"]
-        injected = rank_row(truth, step, straggler)["injected"][0]["ms"]
+        injected = sum(i["ms"] for i in rank_row(truth, step, straggler)["injected"])
         assert 0.8 * injected <= late <= injected + 60, (step, late, injected)
         # Every other rank sat in its final cudaStreamSynchronize for about as long as the
         # straggler was late: the collective could not complete before the straggler arrived.
@@ -69,6 +72,9 @@ def test_barrier_holds_early_ranks_and_ground_truth_matches(tmp_path: Path) -> N
             assert waits[-1] - healthy_wait[rank] >= 0.7 * late, (step, rank, waits[-1], late)
         # ...while the straggler itself found the collective nearly done when it got there.
         assert rank_row(truth, step, straggler)["sync_wait_ms"] < min(waits) - 0.3 * late
+    assert [i["kind"] for i in rank_row(truth, 14, 1)["injected"]] == ["host_compute", "dataloader_stall"]
+    jittered = [rank_row(truth, s, 0)["injected"][0]["ms"] for s in (4, 11)]
+    assert all(90 <= ms <= 110 for ms in jittered) and jittered[0] != jittered[1]
     assert truth["nodes"][1]["clock_offset_ns"] == 4_000_000
     members = sorted(c["members"] for c in truth["communicators"] if c["name"] == "pairs")
     assert members == [[0, 1], [2, 3]]

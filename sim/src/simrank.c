@@ -216,102 +216,122 @@ static void fragment_cycle(const struct api *a, void **cache, double ms) {
     }
 }
 
+/* Everything a rank holds across steps. */
+struct rank {
+    struct cfg c;
+    struct api a;
+    cudaStream_t stream;
+    ncclComm_t world, subs[MAX_SPLITS];
+    void *cache[ALLOC_CACHE], *occasional, *batch;
+};
+
+static void setup(struct rank *r) {
+    const struct cfg *c = &r->c;
+    const struct api *a = &r->a;
+    check(a->cudaSetDevice(c->local_rank % 8), "cudaSetDevice");
+    check(a->cudaStreamCreate(&r->stream), "cudaStreamCreate");
+    ncclUniqueId id = exchange_id(c, a);
+    check(a->ncclCommInitRank(&r->world, c->world, id, c->rank), "ncclCommInitRank");
+    printf("comm world %016llx %d %d\n", (unsigned long long)comm_hash(r->world), c->rank, c->world);
+    for (int i = 0; i < c->nsplits; i++) {
+        const struct split_cfg *s = &c->splits[i];
+        int color = s->strided ? c->rank % (c->world / s->group_size) : c->rank / s->group_size;
+        check(a->ncclCommSplit(r->world, color, c->rank, &r->subs[i], NULL), "ncclCommSplit");
+        const int *hdr = (const int *)(const void *)((const char *)r->subs[i] + 16);
+        printf("comm %s %016llx %d %d\n", s->name, (unsigned long long)comm_hash(r->subs[i]), hdr[0], hdr[1]);
+    }
+    for (int i = 0; i < ALLOC_CACHE; i++) check(a->cudaMalloc(&r->cache[i], 8 << 20), "cudaMalloc");
+    check(a->cudaMalloc(&r->batch, 4 << 20), "cudaMalloc");
+    fflush(stdout);
+}
+
+/* Faults that strike right before the step's first collective. */
+static void before_collective(const struct cfg *c, const double *fired) {
+    for (int i = 0; i < c->nfaults; i++) {
+        if (fired[i] <= 0) continue;
+        if (c->faults[i].kind == F_HOST_COMPUTE) sim_spin_until(sim_now_ns() + (int64_t)(fired[i] * 1e6));
+        if (c->faults[i].kind == F_CPU_CONTENTION) preempt_by_neighbor(fired[i]);
+    }
+}
+
+static void run_step(struct rank *r, int step) {
+    const struct cfg *c = &r->c;
+    const struct api *a = &r->a;
+    static char host_batch[1];
+    int n_fwd = c->kernels / 3, n_bwd = c->kernels - n_fwd;
+    double kernel_us = c->compute_us / c->kernels, host_per_kernel = c->host_us / c->kernels;
+    uint64_t bucket_count = c->allreduce_bytes / (uint64_t)c->buckets / 2; /* bf16 elements */
+    double fired[MAX_FAULTS], slow = 1.0;
+    char causes[512] = "";
+    for (int i = 0; i < c->nfaults; i++) {
+        fired[i] = fault_ms_at(&c->faults[i], i, c->rank, step, c->seed);
+        if (fired[i] > 0)
+            snprintf(causes + strlen(causes), sizeof causes - strlen(causes), "%s%s:%.3f", *causes ? "," : "",
+                     fault_name(c->faults[i].kind), fired[i]);
+        if (fired[i] > 0 && c->faults[i].kind == F_SLOW_GPU) slow += fired[i] * 1000.0 / c->compute_us;
+    }
+    int64_t start = sim_realtime_ns();
+    wait_off_cpu(c->loader_us / 1000.0); /* fetch the batch */
+    for (int i = 0; i < c->nfaults; i++)
+        if (fired[i] > 0 && c->faults[i].kind == F_DATALOADER_STALL) wait_off_cpu(fired[i]);
+    int64_t loaded = sim_realtime_ns();
+    for (int i = 0; i < c->nfaults; i++)
+        if (fired[i] > 0 && c->faults[i].kind == F_ALLOC_STALL) fragment_cycle(a, r->cache, fired[i]);
+    if (c->malloc_every > 0 && step % c->malloc_every == 0) {
+        check(a->cudaFree(r->occasional), "cudaFree");
+        check(a->cudaMalloc(&r->occasional, 16 << 20), "cudaMalloc");
+    }
+    int64_t allocated = sim_realtime_ns();
+    a->__rankechosim_set_gpu_slowdown(slow);
+    check(a->cudaMemcpyAsync(r->batch, host_batch, 4 << 20, cudaMemcpyHostToDevice, r->stream), "cudaMemcpyAsync");
+    for (int k = 0; k < n_fwd; k++) launch(a, kernel_fwd, kernel_us, host_per_kernel, r->stream);
+    int64_t fwd_sync = sim_realtime_ns();
+    check(a->cudaStreamSynchronize(r->stream), "cudaStreamSynchronize"); /* loss.item() */
+    fwd_sync = sim_realtime_ns() - fwd_sync;
+    int64_t enter = 0;
+    for (int k = 0, b = 0; k < n_bwd; k++) {
+        launch(a, kernel_bwd, kernel_us, host_per_kernel, r->stream);
+        for (; b < (k + 1) * c->buckets / n_bwd; b++) { /* bucket b's gradients are ready */
+            if (b == 0) {
+                before_collective(c, fired);
+                enter = sim_realtime_ns();
+            }
+            check(a->ncclAllReduce(r->batch, r->batch, bucket_count, ncclBfloat16, ncclSum, r->world, r->stream),
+                  "ncclAllReduce");
+        }
+    }
+    for (int i = 0; i < c->nsplits; i++)
+        check(a->ncclAllReduce(r->batch, r->batch, c->splits[i].bytes / 2, ncclBfloat16, ncclSum, r->subs[i],
+                               r->stream),
+              "ncclAllReduce");
+    a->__rankechosim_set_gpu_slowdown(1.0);
+    launch(a, kernel_opt, 1.0, 0, r->stream);
+    int64_t sync_start = sim_realtime_ns();
+    check(a->cudaStreamSynchronize(r->stream), "cudaStreamSynchronize");
+    int64_t end = sim_realtime_ns();
+    printf("step %d %lld %lld %lld %lld %lld %lld %lld %s\n", step, (long long)start, (long long)enter, (long long)end,
+           (long long)(end - sync_start), (long long)(loaded - start), (long long)(allocated - loaded),
+           (long long)fwd_sync, *causes ? causes : "-");
+    fflush(stdout);
+}
+
 int main(int argc, char **argv) {
     int64_t started = sim_realtime_ns();
-    struct cfg c;
     if (getenv("SIMRANK_DIE_WITH_PARENT")) { /* the launcher's death must not leave ranks behind */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() == 1) return 4;
     }
-    parse(argc, argv, &c);
-    for (int i = 0; i < c.nfaults; i++)
-        if (c.faults[i].kind == F_CPU_CONTENTION && neighbor_start() != 0) die("%s", "cannot fork the neighbor");
-    struct api a = load_api(&c);
-    printf("rank %d world %d local %d node %s pid %d tid %ld start %lld\n", c.rank, c.world, c.local_rank, c.node,
-           (int)getpid(), (long)syscall(SYS_gettid), (long long)started);
-    check(a.cudaSetDevice(c.local_rank % 8), "cudaSetDevice");
-    cudaStream_t stream;
-    check(a.cudaStreamCreate(&stream), "cudaStreamCreate");
-    ncclUniqueId id = exchange_id(&c, &a);
-    ncclComm_t world, subs[MAX_SPLITS];
-    check(a.ncclCommInitRank(&world, c.world, id, c.rank), "ncclCommInitRank");
-    printf("comm world %016llx %d %d\n", (unsigned long long)comm_hash(world), c.rank, c.world);
-    for (int i = 0; i < c.nsplits; i++) {
-        struct split_cfg *s = &c.splits[i];
-        int color = s->strided ? c.rank % (c.world / s->group_size) : c.rank / s->group_size;
-        check(a.ncclCommSplit(world, color, c.rank, &subs[i], NULL), "ncclCommSplit");
-        int *hdr = (int *)((char *)subs[i] + 16);
-        printf("comm %s %016llx %d %d\n", s->name, (unsigned long long)comm_hash(subs[i]), hdr[0], hdr[1]);
-    }
-    void *cache[ALLOC_CACHE], *occasional = NULL, *batch = NULL;
-    for (int i = 0; i < ALLOC_CACHE; i++) check(a.cudaMalloc(&cache[i], 8 << 20), "cudaMalloc");
-    check(a.cudaMalloc(&batch, 4 << 20), "cudaMalloc");
-    static char host_batch[1];
-    int n_fwd = c.kernels / 3, n_bwd = c.kernels - n_fwd;
-    double kernel_us = c.compute_us / c.kernels, host_per_kernel = c.host_us / c.kernels;
-    uint64_t bucket_bytes = c.allreduce_bytes / (uint64_t)c.buckets;
-    fflush(stdout);
-    for (int step = 0; step < c.steps; step++) {
-        double fired[MAX_FAULTS];
-        char causes[512] = "";
-        for (int i = 0; i < c.nfaults; i++) {
-            fired[i] = fault_ms_at(&c.faults[i], i, c.rank, step, c.seed);
-            if (fired[i] > 0)
-                snprintf(causes + strlen(causes), sizeof causes - strlen(causes), "%s%s:%.3f", *causes ? "," : "",
-                         fault_name(c.faults[i].kind), fired[i]);
-        }
-        int64_t start = sim_realtime_ns();
-        wait_off_cpu(c.loader_us / 1000.0);
-        double slow = 1.0;
-        for (int i = 0; i < c.nfaults; i++) {
-            if (fired[i] > 0 && c.faults[i].kind == F_DATALOADER_STALL) wait_off_cpu(fired[i]);
-            if (fired[i] > 0 && c.faults[i].kind == F_SLOW_GPU) slow += fired[i] * 1000.0 / c.compute_us;
-        }
-        int64_t loaded = sim_realtime_ns();
-        for (int i = 0; i < c.nfaults; i++)
-            if (fired[i] > 0 && c.faults[i].kind == F_ALLOC_STALL) fragment_cycle(&a, cache, fired[i]);
-        if (c.malloc_every > 0 && step % c.malloc_every == 0) {
-            check(a.cudaFree(occasional), "cudaFree");
-            check(a.cudaMalloc(&occasional, 16 << 20), "cudaMalloc");
-        }
-        int64_t allocated = sim_realtime_ns();
-        a.__rankechosim_set_gpu_slowdown(slow);
-        check(a.cudaMemcpyAsync(batch, host_batch, 4 << 20, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-        for (int k = 0; k < n_fwd; k++) launch(&a, kernel_fwd, kernel_us, host_per_kernel, stream);
-        int64_t fwd_sync = sim_realtime_ns();
-        check(a.cudaStreamSynchronize(stream), "cudaStreamSynchronize"); /* loss.item() */
-        fwd_sync = sim_realtime_ns() - fwd_sync;
-        int64_t enter = 0;
-        for (int k = 0, b = 0; k < n_bwd; k++) {
-            launch(&a, kernel_bwd, kernel_us, host_per_kernel, stream);
-            if ((k + 1) * c.buckets / n_bwd <= b) continue;
-            if (b == 0) {
-                for (int i = 0; i < c.nfaults; i++) {
-                    if (fired[i] <= 0) continue;
-                    if (c.faults[i].kind == F_HOST_COMPUTE) sim_spin_until(sim_now_ns() + (int64_t)(fired[i] * 1e6));
-                    if (c.faults[i].kind == F_CPU_CONTENTION) preempt_by_neighbor(fired[i]);
-                }
-                enter = sim_realtime_ns();
-            }
-            check(a.ncclAllReduce(batch, batch, bucket_bytes / 2, ncclBfloat16, ncclSum, world, stream),
-                  "ncclAllReduce");
-            b++;
-        }
-        for (int i = 0; i < c.nsplits; i++)
-            check(a.ncclAllReduce(batch, batch, c.splits[i].bytes / 2, ncclBfloat16, ncclSum, subs[i], stream),
-                  "ncclAllReduce");
-        a.__rankechosim_set_gpu_slowdown(1.0);
-        launch(&a, kernel_opt, 1.0, 0, stream);
-        int64_t sync_start = sim_realtime_ns();
-        check(a.cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-        int64_t end = sim_realtime_ns();
-        printf("step %d %lld %lld %lld %lld %lld %lld %lld %s\n", step, (long long)start, (long long)enter,
-               (long long)end, (long long)(end - sync_start), (long long)(loaded - start),
-               (long long)(allocated - loaded), (long long)fwd_sync, *causes ? causes : "-");
-        fflush(stdout);
-    }
-    for (int i = c.nsplits - 1; i >= 0; i--) check(a.ncclCommDestroy(subs[i]), "ncclCommDestroy");
-    check(a.ncclCommDestroy(world), "ncclCommDestroy");
+    static struct rank r;
+    parse(argc, argv, &r.c);
+    for (int i = 0; i < r.c.nfaults; i++)
+        if (r.c.faults[i].kind == F_CPU_CONTENTION && neighbor_start() != 0) die("%s", "cannot fork the neighbor");
+    r.a = load_api(&r.c);
+    printf("rank %d world %d local %d node %s pid %d tid %ld start %lld\n", r.c.rank, r.c.world, r.c.local_rank,
+           r.c.node, (int)getpid(), (long)syscall(SYS_gettid), (long long)started);
+    setup(&r);
+    for (int step = 0; step < r.c.steps; step++) run_step(&r, step);
+    for (int i = r.c.nsplits - 1; i >= 0; i--) check(r.a.ncclCommDestroy(r.subs[i]), "ncclCommDestroy");
+    check(r.a.ncclCommDestroy(r.world), "ncclCommDestroy");
     neighbor_stop();
     printf("done %lld\n", (long long)sim_realtime_ns());
     return 0;
