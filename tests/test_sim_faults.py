@@ -58,7 +58,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, dict[
             break
         assert time.monotonic() < deadline, "ranks did not start"
         time.sleep(0.005)
-    sampler = Sampler([(log.pid, log.tid) for log in logs.values()], interval_s=0.003)
+    sampler = Sampler([(log.pid, log.tid) for log in logs.values()], interval_s=0.004)
     sampler.start()
     runner.join()
     sampler.stop()
@@ -96,7 +96,9 @@ def test_host_compute_is_on_cpu(observed: tuple[RunResult, dict[int, RankLog], S
     rec = observed[1][1].steps[12]
     w = window(observed, 1, rec.enter_ns - int(0.9 * MS * 1e6), rec.enter_ns - 2_000_000)
     assert rec.enter_ns - rec.start_ns >= MS * 1e6
-    assert w.cpu_ms >= 0.5 * w.wall_ms, w
+    # Never blocked: running, or runnable when the (shared, two-core) machine is busy.
+    assert w.sleep_ms <= 0.1 * w.wall_ms, w
+    assert w.cpu_ms >= 0.25 * w.wall_ms, w
 
 
 def test_dataloader_stall_sleeps_off_cpu_in_poll(
@@ -116,7 +118,7 @@ def test_cpu_contention_preempts_a_runnable_thread(
     # schedstat adds a wait to run_delay when the thread gets a CPU again, so end just after enter.
     w = window(observed, 3, rec.enter_ns - int(0.9 * MS * 1e6), rec.enter_ns + 3_000_000)
     assert w.run_delay_ms >= 0.5 * w.wall_ms, w
-    assert w.run_delay_ms > w.cpu_ms, w
+    assert w.cpu_ms <= 0.1 * w.wall_ms, w
 
 
 def test_slow_gpu_lengthens_syncs_not_host_work(
