@@ -11,6 +11,7 @@ import pytest
 from echo_helpers import TEST_TOKEN, grpc_export, node_request
 
 from echo.app import Echo
+from echo.ingest.rows import ARROW_SCHEMA
 from echo.store.lock import StoreLock, StoreLockedError, is_locked
 from echo.store.migrate import SchemaTooNewError, available, migrate
 
@@ -73,3 +74,14 @@ def test_ops_endpoints(echo_inproc: Echo) -> None:
     assert httpx.get(f"{base}/nope").status_code == 404
     echo_inproc.writer.stop()
     assert httpx.get(f"{base}/readyz").status_code == 503
+
+
+def test_the_writers_arrow_schema_matches_the_events_table(tmp_path: Path) -> None:
+    with duckdb.connect(str(tmp_path / "s.db")) as con:
+        migrate(con)
+        table_types = {name: kind for name, kind, *_ in con.execute("DESCRIBE events").fetchall()}
+        con.register("empty", ARROW_SCHEMA.empty_table())
+        arrow_types = {
+            name: kind for name, kind, *_ in con.execute("DESCRIBE SELECT * FROM empty").fetchall()
+        }
+    assert {name: table_types[name] for name in ARROW_SCHEMA.names} == arrow_types

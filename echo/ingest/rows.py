@@ -24,10 +24,6 @@ import pyarrow as pa
 from echo.ingest import keys
 from shared import contract as c
 
-COLUMNS = (
-    "event_id", "timestamp_ns", "received_ns", "signal", "cluster_id", "node_id", "metric_name",
-    "rank", "nranks", "value_double", "value_int", "causal_chain_id", "attrs_json",
-)  # fmt: skip
 ARROW_SCHEMA = pa.schema(
     [
         ("event_id", pa.string()), ("timestamp_ns", pa.int64()), ("received_ns", pa.int64()),
@@ -37,6 +33,7 @@ ARROW_SCHEMA = pa.schema(
         ("attrs_json", pa.string()),
     ]
 )  # fmt: skip
+"""The ``events`` columns Echo writes, with the Arrow types matching schema v1 (pinned by a test)."""
 _INT32 = (-(2**31), 2**31 - 1)
 MIN_TIMESTAMP_NS = 946_684_800 * 10**9
 """2000-01-01: anything earlier is a zero, or seconds/milliseconds sent as nanoseconds."""

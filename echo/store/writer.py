@@ -31,7 +31,13 @@ import pyarrow as pa
 from echo.ops import Stats
 
 log = logging.getLogger(__name__)
-INSERT_SQL = "INSERT INTO events SELECT * FROM incoming ON CONFLICT DO NOTHING"
+
+
+
+def insert_sql(columns: list[str]) -> str:
+    """Columns named explicitly, so a later migration may add columns without breaking the writer."""
+    names = ", ".join(columns)
+    return f"INSERT INTO events ({names}) SELECT {names} FROM incoming ON CONFLICT DO NOTHING"
 
 
 class QueueFullError(RuntimeError):
@@ -179,7 +185,7 @@ class Writer:
         try:
             con.execute("BEGIN TRANSACTION")
             try:
-                row = con.execute(INSERT_SQL).fetchone()
+                row = con.execute(insert_sql(table.schema.names)).fetchone()
                 con.execute("COMMIT")
             except Exception:
                 con.execute("ROLLBACK")
