@@ -85,10 +85,11 @@ LIMIT $max_rows;
 -- name: node_outliers
 -- Nodes ranked by how far below their peers they are on one metric. $method is 'threshold' (cutoff =
 -- $threshold) or 'mad' (cutoff = peers' median - $threshold * MAD * 1.4826, where a node's peers are
--- every other node's events in the window). Per node: count, min/median/p95, the cutoff, how many
+-- every other node's events in the window; exact up to 100,000 events in the window, beyond that over a
+-- repeatable reservoir sample of 100,000). Per node: count, min/median/p95, the cutoff, how many
 -- events fall below it, a robust z-score of the node's median against its peers, and the lowest
 -- events below the cutoff as evidence.
-WITH w AS (
+WITH w AS MATERIALIZED (
     SELECT cluster_id, node_id, rank, timestamp_ns, causal_chain_id,
            coalesce(value_double, value_int) AS value
     FROM events
@@ -107,15 +108,18 @@ nodes AS (
     FROM w
     GROUP BY cluster_id, node_id
 ),
+sample AS MATERIALIZED (
+    SELECT cluster_id, node_id, value FROM w USING SAMPLE reservoir(100000 ROWS) REPEATABLE (7)
+),
 peer_median AS (
-    SELECT n.cluster_id, n.node_id, quantile_cont(w.value, 0.5) AS peer_median
-    FROM nodes n JOIN w ON (w.cluster_id, w.node_id) IS DISTINCT FROM (n.cluster_id, n.node_id)
+    SELECT n.cluster_id, n.node_id, quantile_cont(s.value, 0.5) AS peer_median
+    FROM nodes n JOIN sample s ON (s.cluster_id, s.node_id) IS DISTINCT FROM (n.cluster_id, n.node_id)
     GROUP BY n.cluster_id, n.node_id
 ),
 peer_mad AS (
     SELECT p.cluster_id, p.node_id, p.peer_median,
-           quantile_cont(abs(w.value - p.peer_median), 0.5) AS peer_mad
-    FROM peer_median p JOIN w ON (w.cluster_id, w.node_id) IS DISTINCT FROM (p.cluster_id, p.node_id)
+           quantile_cont(abs(s.value - p.peer_median), 0.5) AS peer_mad
+    FROM peer_median p JOIN sample s ON (s.cluster_id, s.node_id) IS DISTINCT FROM (p.cluster_id, p.node_id)
     GROUP BY p.cluster_id, p.node_id, p.peer_median
 ),
 cut AS (
