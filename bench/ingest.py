@@ -126,6 +126,10 @@ def run(argv: list[str]) -> dict[str, Any]:
     t = time.monotonic()
     work = runner.prepare(cfg, workers=os.cpu_count() or 1, prebuild_limit=None)
     print(
+        f"machine: {_cores()} cores, load average {os.getloadavg()[0]:.1f} before the runs "
+        "(other work on these cores lowers every number below)"
+    )
+    print(
         f"encoded {plan.total:,} points in {time.monotonic() - t:.1f} s "
         f"({args.producers} producers, {args.batch} points per request)",
         flush=True,

@@ -3,7 +3,7 @@ every unacknowledged batch until Echo acknowledges it or the retry policy gives 
 
 A batch counts as acknowledged only when Echo answered its Export RPC with OK, which Echo does after
 the batch's rows are committed. ``--ack-log`` appends one JSON line per acknowledged batch
-(``{"node", "first", "count"}``, stream indices) so a test can check that every acknowledged event
+(``{"node", "first", "count", "rejected"}``, stream indices) so a test can check that every acknowledged event
 survived a crash.
 
 Usage::
@@ -93,7 +93,7 @@ class _Tally:
             self.acked += count - rejected
             self.rejected += rejected
             if self._ack_log is not None:
-                self._ack_log.write(json.dumps({"node": node, "first": first, "count": count}) + "\n")
+                self._ack_log.write(json.dumps({"node": node, "first": first, "count": count, "rejected": rejected}) + "\n")
                 self._ack_log.flush()
 
     def error(self, message: str) -> None:
