@@ -73,6 +73,7 @@ def test_kill_9_mid_stream_keeps_every_acknowledged_event_exactly_once(tmp_path:
             echo = EchoProcess(db, token=TOKEN, grpc_port=port).start()
         summary = run.finish(timeout_s=120)
     finally:
+        run.kill()
         echo.stop()
     assert (summary["sent"], summary["acked"], summary["failed"], summary["exit_code"]) == (6000, 6000, 0, 0)
     assert summary["retries"] > 0, "no batch was ever resent: the kills did not hit the stream"

@@ -79,13 +79,23 @@ class StressProcess:
     def finish(self, timeout_s: float = 120.0) -> dict[str, Any]:
         """Wait for the process; its last stdout line must be the JSON summary."""
         assert self.proc is not None, "start() first"
-        out, _ = self.proc.communicate(timeout=timeout_s)
+        try:
+            out, _ = self.proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
         lines = out.strip().splitlines()
         if not lines:
             raise RuntimeError(f"rankecho stress printed nothing (exit {self.proc.returncode})")
         summary: dict[str, Any] = json.loads(lines[-1])
         summary["exit_code"] = self.proc.returncode
         return summary
+
+    def kill(self) -> None:
+        """Stop a stress process still running (a failed test must not leave it retrying)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
 
 
 def query_cli(db: Path, sql: str, timeout_s: float = 60.0) -> list[dict[str, Any]]:

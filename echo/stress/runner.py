@@ -93,7 +93,9 @@ class _Tally:
             self.acked += count - rejected
             self.rejected += rejected
             if self._ack_log is not None:
-                self._ack_log.write(json.dumps({"node": node, "first": first, "count": count, "rejected": rejected}) + "\n")
+                self._ack_log.write(
+                    json.dumps({"node": node, "first": first, "count": count, "rejected": rejected}) + "\n"
+                )
                 self._ack_log.flush()
 
     def error(self, message: str) -> None:
