@@ -173,13 +173,12 @@ def test_every_collective_completes_with_a_transfer_time_that_grows_with_bytes(t
     r = results(run_ranks(tmp_path, 2, "sizes"))
     # 4 GiB at 80 GB/s: all-reduce moves 2(n-1)/n = 1x, all-gather/reduce-scatter take the per-rank
     # count, so n x 4 GiB total and (n-1)/n of it, broadcast/reduce 1x: about 54 ms each with 2 ranks.
-    for name in ("allreduce", "broadcast", "reduce"):
-        for x in r:
-            assert x[f"{name}:1024"] < 20
-            assert 50 <= x[f"{name}:1073741824"] - x[f"{name}:1024"] < 150, (name, x)
-    for name in ("allgather", "reducescatter"):
-        for x in r:
-            assert 50 <= x[f"{name}:1073741824"] - x[f"{name}:1024"] < 150, (name, x)
+    # The transfer time is a floor (the op cannot complete sooner); the ceilings only catch runaway
+    # delays, generous because the machine running the tests may be busy.
+    for x in r:
+        for name in ("allreduce", "broadcast", "reduce", "allgather", "reducescatter"):
+            assert x[f"{name}:1024"] < 40, (name, x)
+            assert 53 <= x[f"{name}:1073741824"] < 300, (name, x)
 
 
 def test_mismatched_collectives_abort_every_rank_with_a_clear_message(tmp_path: Path) -> None:

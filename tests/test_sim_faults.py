@@ -6,6 +6,7 @@ syscall it is blocked in, every few ms, while a 4-rank cluster runs one fault of
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -98,7 +99,7 @@ def test_host_compute_is_on_cpu(observed: tuple[RunResult, dict[int, RankLog], S
     assert rec.enter_ns - rec.start_ns >= MS * 1e6
     # Never blocked: running, or runnable when the (shared, two-core) machine is busy.
     assert w.sleep_ms <= 0.1 * w.wall_ms, w
-    assert w.cpu_ms >= 0.25 * w.wall_ms, w
+    assert w.cpu_ms >= 0.15 * w.wall_ms, w
 
 
 def test_dataloader_stall_sleeps_off_cpu_in_poll(
@@ -111,6 +112,9 @@ def test_dataloader_stall_sleeps_off_cpu_in_poll(
     assert mostly(w, PPOLL), w.syscalls
 
 
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="the noisy neighbour needs CAP_SYS_NICE for SCHED_FIFO (run as root)"
+)
 def test_cpu_contention_preempts_a_runnable_thread(
     observed: tuple[RunResult, dict[int, RankLog], Sampler],
 ) -> None:
@@ -118,7 +122,7 @@ def test_cpu_contention_preempts_a_runnable_thread(
     # schedstat adds a wait to run_delay when the thread gets a CPU again, so end just after enter.
     w = window(observed, 3, rec.enter_ns - int(0.9 * MS * 1e6), rec.enter_ns + 3_000_000)
     assert w.run_delay_ms >= 0.5 * w.wall_ms, w
-    assert w.cpu_ms <= 0.1 * w.wall_ms, w
+    assert w.cpu_ms <= 0.08 * w.wall_ms, w
 
 
 def test_slow_gpu_lengthens_syncs_not_host_work(
