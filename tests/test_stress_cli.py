@@ -49,3 +49,22 @@ def test_full_queue_is_retried_until_every_event_lands_once(tmp_path: Path, clie
         assert con.execute("SELECT COUNT(*), COUNT(DISTINCT event_id) FROM events").fetchall() == [
             (12000, 12000)
         ]
+
+
+def test_rerun_with_the_same_run_id_is_stored_once_and_a_new_run_id_adds_events(tmp_path: Path) -> None:
+    db = tmp_path / "rerun.db"
+    with EchoProcess(db, token=TOKEN) as echo:
+        summaries = [
+            StressProcess(
+                echo.otlp_grpc, TOKEN, "c", "n", producers=2, events=250, extra=("--run-id", run_id)
+            )
+            .start()
+            .finish()
+            for run_id in ("first", "first", "second")
+        ]
+    assert [s["acked"] for s in summaries] == [500, 500, 500]  # a resend is acknowledged, not stored again
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute(
+            "SELECT split_part(event_id, '/', 3) AS run, COUNT(*) FROM events GROUP BY run ORDER BY run"
+        ).fetchall()
+    assert rows == [("first", 500), ("second", 500)]
