@@ -1,4 +1,4 @@
-"""The planting rule: the seed's numbers come out, deterministically, and every id is unique."""
+"""The planting rule: the fan-in proof's numbers come out, deterministically, and every id is unique."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_one_node_of_the_demo_has_40_chains_and_9_stragglers() -> None:
     assert plan.chain_count() == 40 and plan.straggler_count() == 9
 
 
-def test_fan_in_halves_give_the_seed_totals() -> None:
+def test_fan_in_halves_give_the_proof_totals() -> None:
     halves = [StressPlan(c, n, producers=4, events_per_producer=250) for c, n in (("ca", "a"), ("cb", "b"))]
     chains = sum(recount(p)[0] for p in halves)
     stragglers = sum(recount(p)[1] for p in halves)

@@ -29,7 +29,7 @@ from typing import NamedTuple
 from shared import contract
 
 STRAGGLER_THRESHOLD = 0.4
-"""Planted stragglers score below this; healthy events never do (the seed queries ``value_double < 0.40``)."""
+"""Planted stragglers score below this, healthy events never do (queries use ``value_double < 0.40``)."""
 _GOLDEN = 0.6180339887498949
 
 
