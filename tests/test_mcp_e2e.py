@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -221,3 +223,22 @@ def test_tools_over_stdio_after_echo_stops(echo: EchoProcess) -> None:
     assert chains["rows"] == [{"chains": PLAN.chain_count()}]
     assert {n["node_id"]: n["below"] for n in outliers["nodes"]} == PLAN.stragglers_per_node()
     json.dumps(summary)  # plain JSON all the way
+
+
+def test_mcp_http_uses_echo_tls_certificate(tmp_path: Path) -> None:
+    from test_stress_tls import self_signed
+
+    cert, key = self_signed(tmp_path)
+    extra = ("--tls-cert", str(cert), "--tls-key", str(key))
+    with EchoProcess(tmp_path / "tls.db", token=TEST_TOKEN, extra_args=extra) as running:
+        url = f"https://{running.listening['mcp_http']}/mcp"
+        headers = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {TEST_TOKEN}"}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        with pytest.raises(httpx.ConnectError):
+            httpx.post(url, headers=headers, json=body, timeout=10)  # not trusted without the CA
+        trust = ssl.create_default_context(cafile=str(cert))
+        verified = httpx.post(url, headers=headers, json=body, timeout=10, verify=trust)
+        assert verified.status_code != 401 and verified.status_code < 500
+        plain = url.replace("https://", "http://")
+        with pytest.raises(httpx.HTTPError):
+            httpx.post(plain, headers=headers, json=body, timeout=5)

@@ -1,7 +1,8 @@
 """MCP over streamable HTTP at ``/mcp``, as a :class:`echo.app.Service` that runs beside the receivers.
 
-It serves the same tools on the running Echo's reader (the store's own DuckDB instance), and requires
-the Echo bearer token unless Echo runs with ``--insecure-no-auth``. uvicorn runs in a daemon thread on a
+It serves the same tools on the running Echo's reader (the store's own DuckDB instance), requires the
+Echo bearer token unless Echo runs with ``--insecure-no-auth``, and speaks HTTPS with Echo's
+``--tls-cert``/``--tls-key`` when they are set. uvicorn runs in a daemon thread on a
 socket bound before start, so port 0 works and the bound address is known at once.
 
 Usage::
@@ -46,7 +47,15 @@ class McpHttpService:
             log.warning("MCP over HTTP has NO AUTHENTICATION (--insecure-no-auth): anyone can query Echo")
         app = build_server(Investigation(echo.reader, self._rates), token=token).http_app(path=MCP_PATH)
         sock = _bound_socket(self._bind)
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+        s = echo.settings
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=2,
+            ssl_certfile=str(s.tls_cert) if s.tls_cert else None,  # same certificate as the OTLP listeners
+            ssl_keyfile=str(s.tls_key) if s.tls_key else None,
+        )
         server = self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="echo-mcp-http")
         self._thread.daemon = True
