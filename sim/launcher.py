@@ -186,6 +186,9 @@ class Cluster:
         self.ranks: dict[int, subprocess.Popen[bytes]] = {}
         self.agents: list[Agent] = []
         self._last_progress = 0.0
+        self._log_offsets: dict[int, int] = {}
+        self._steps: dict[int, int] = {}
+        self._reported_agents: list[Agent] = []
 
     def say(self, msg: str) -> None:
         if self.opts.progress is not None:
@@ -207,14 +210,29 @@ class Cluster:
         )
 
     def steps_done(self) -> dict[int, int]:
-        out = {}
+        """Steps each rank has logged so far, reading only what was appended since the last call."""
         for rank, node, _ in self.scenario.rank_layout():
             try:
-                text = rank_log_path(self.run_dir, node.id, rank).read_bytes()
+                with rank_log_path(self.run_dir, node.id, rank).open("rb") as f:
+                    f.seek(self._log_offsets.get(rank, 0))
+                    chunk = f.read()
             except OSError:
-                text = b""
-            out[rank] = text.count(b"\nstep ")
-        return out
+                continue
+            complete = chunk[: chunk.rfind(b"\n") + 1]  # a half-written line is read next time
+            self._log_offsets[rank] = self._log_offsets.get(rank, 0) + len(complete)
+            lines = complete.split(b"\n")
+            self._steps[rank] = self._steps.get(rank, 0) + sum(line.startswith(b"step ") for line in lines)
+        return {rank: self._steps.get(rank, 0) for rank, _, _ in self.scenario.rank_layout()}
+
+    def check_agents(self) -> None:
+        """An agent that dies mid-run does not stop the job (the ranks are fine); say so once."""
+        for a in self.agents:
+            if a.proc.poll() is not None and a not in self._reported_agents:
+                self._reported_agents.append(a)
+                self.say(
+                    f"warning: the agent for {a.node.id} exited with code {a.proc.returncode} during the "
+                    f"run; see {a.log}:\n{tail(a.log, 500)}"
+                )
 
     def report_progress(self, done: dict[int, int], force: bool = False) -> None:
         now = time.monotonic()
@@ -259,6 +277,7 @@ class Cluster:
             time.sleep(0.1)
             done = self.steps_done()
             self.report_progress(done)
+            self.check_agents()
             if late_agents and min(done.values()) >= self.scenario.agent_start_after_step:
                 late_agents = False
                 self.say(f"every rank passed step {self.scenario.agent_start_after_step}: starting agents")

@@ -38,6 +38,8 @@ time.sleep(0.2)  # attaching probes takes a moment
 info["ready_ns"] = time.time_ns()
 record.write_text(json.dumps(info))
 ready.touch()
+if os.environ.get("FAKE_AGENT_CRASH"):
+    sys.exit(5)
 while True:
     time.sleep(1)
 """
@@ -101,7 +103,9 @@ def test_agents_can_start_after_step_k(tmp_path: Path, fake_agent: str) -> None:
         assert rec["ready_ns"] < max(log.steps[-1].end_ns for log in logs.values())  # ranks still running
 
 
-def test_an_agent_that_dies_is_reported_with_its_log(tmp_path: Path, fake_agent: str, monkeypatch) -> None:
+def test_an_agent_that_dies_is_reported_with_its_log(
+    tmp_path: Path, fake_agent: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("FAKE_AGENT_FAIL", "1")
     out = io.StringIO()
     opts = LaunchOptions(run_dir=tmp_path, agent_endpoint="127.0.0.1:1", python=fake_agent, progress=out)
@@ -109,6 +113,16 @@ def test_an_agent_that_dies_is_reported_with_its_log(tmp_path: Path, fake_agent:
     text = out.getvalue()
     assert "agent for node n0 exited with code 3" in text
     assert str(tmp_path / "n0" / "agent.log") in text and "cannot attach probes" in text
+
+
+def test_an_agent_crashing_mid_run_is_reported_but_the_job_finishes(
+    tmp_path: Path, fake_agent: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_AGENT_CRASH", "1")
+    out = io.StringIO()
+    opts = LaunchOptions(run_dir=tmp_path, agent_endpoint="127.0.0.1:1", python=fake_agent, progress=out)
+    assert run_scenario(parse_scenario(small(steps=30), "crash"), opts).returncode == 0
+    assert "warning: the agent for n0 exited with code 5 during the run" in out.getvalue()
 
 
 def launch_cli(tmp_path: Path, steps: int = 3000) -> subprocess.Popen[str]:
