@@ -2,8 +2,9 @@
 
 Receivers decode a request into an Arrow table and :meth:`Writer.submit` it; they get a future
 that resolves only after the rows are COMMITted (acknowledged = durable). The writer thread merges
-queued batches into INSERTs of up to ``batch_rows`` rows. ``ON CONFLICT DO NOTHING`` on the event-id
-primary key turns resent batches into no-ops (counted as duplicates skipped). The queue is bounded
+queued batches into INSERTs of up to ``batch_rows`` rows. The event id is the primary key: a batch with a
+resent event is inserted with ``ON CONFLICT DO NOTHING``, so resends are no-ops (counted as duplicates
+skipped). The queue is bounded
 in rows: :class:`QueueFullError` tells the receiver to answer "retry later" instead of growing memory.
 
 Usage::
@@ -31,13 +32,15 @@ import pyarrow as pa
 from echo.ops import Stats
 
 log = logging.getLogger(__name__)
+CAREFUL_COMMITS = 20
+"""After a duplicate was seen, this many commits go straight to ON CONFLICT (resends come in runs)."""
 
 
-
-def insert_sql(columns: list[str]) -> str:
+def insert_sql(columns: list[str], skip_duplicates: bool) -> str:
     """Columns named explicitly, so a later migration may add columns without breaking the writer."""
     names = ", ".join(columns)
-    return f"INSERT INTO events ({names}) SELECT {names} FROM incoming ON CONFLICT DO NOTHING"
+    tail = " ON CONFLICT DO NOTHING" if skip_duplicates else ""
+    return f"INSERT INTO events ({names}) SELECT {names} FROM incoming{tail}"
 
 
 class QueueFullError(RuntimeError):
@@ -80,6 +83,7 @@ class Writer:
         self._closing = False
         self._held = False
         self._busy = False
+        self._careful = 0
         self.failed: BaseException | None = None
         """Set when DuckDB reported a fatal error: nothing more can be committed until a restart."""
         self._thread = threading.Thread(target=self._run, name="echo-writer", daemon=True)
@@ -180,18 +184,32 @@ class Writer:
     def _commit(self, tables: list[pa.Table]) -> int:
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         started = time.perf_counter()
-        con = self._con
-        con.register("incoming", table)
+        self._con.register("incoming", table)
         try:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                row = con.execute(insert_sql(table.schema.names)).fetchone()
-                con.execute("COMMIT")
-            except Exception:
-                con.execute("ROLLBACK")
-                raise
+            inserted = None
+            if self._careful:
+                self._careful -= 1
+            else:
+                try:
+                    inserted = self._insert(table.schema.names, skip_duplicates=False)
+                except duckdb.ConstraintException:  # a resend (or a NOT NULL breach, which fails again below)
+                    self._careful = CAREFUL_COMMITS
+            if inserted is None:
+                inserted = self._insert(table.schema.names, skip_duplicates=True)
         finally:
-            con.unregister("incoming")
-        inserted = int(row[0]) if row else 0
+            self._con.unregister("incoming")
         self._stats.committed(table.num_rows, inserted, time.perf_counter() - started)
         return inserted
+
+    def _insert(self, columns: list[str], skip_duplicates: bool) -> int:
+        """One transaction. A plain INSERT is ~30% cheaper than ON CONFLICT DO NOTHING but fails on any
+        duplicate event id, so the caller retries such a batch with ``skip_duplicates``."""
+        con = self._con
+        con.execute("BEGIN TRANSACTION")
+        try:
+            row = con.execute(insert_sql(columns, skip_duplicates)).fetchone()
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        return int(row[0]) if row else 0
