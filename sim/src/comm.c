@@ -82,7 +82,7 @@ static int64_t run_task(struct ncclComm *c, struct task *t) {
     }
     int64_t done = 0;
     for (int left = t->nops; left > 0;) {
-        struct msg m;
+        struct msg m = {0};
         if (net_recv(c->data_fd, &m) != 1 || m.type != MSG_GO) {
             if (c->stopping) return sim_now_ns();
             fatal_from_hub(c, &m);
@@ -154,7 +154,7 @@ static ncclResult_t comm_connect(ncclComm_t *out, uint32_t ip, uint16_t port, ui
     net_send(c->ctrl_fd, &hello);
     hello.b = CHAN_DATA;
     net_send(c->data_fd, &hello);
-    struct msg m;
+    struct msg m = {0};
     if (net_recv(c->ctrl_fd, &m) != 1 || m.type != MSG_READY) fatal_from_hub(c, &m);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);

@@ -77,7 +77,7 @@ static int gather(struct hub *h) {
     while (h->nranks == 0 || joined < 2 * h->nranks) {
         int fd = accept4(h->lfd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) return -1;
-        struct msg m;
+        struct msg m = {0};
         if (net_recv(fd, &m) != 1 || m.type != MSG_HELLO || m.x != h->hash || m.a <= 0 ||
             (h->nranks && m.a != h->nranks) || m.rank < 0 || m.rank >= m.a || (m.b != 0 && m.b != 1)) {
             fprintf(stderr, "rankecho-sim nccl hub %016llx: rejected a connection with a bad hello\n",
@@ -226,7 +226,7 @@ static void serve(struct hub *h) {
         for (int i = 0; i < n; i++) {
             if (pfds[i].fd < 0 || !(pfds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             struct conn *c = &h->conns[i];
-            struct msg m;
+            struct msg m = {0};
             int rc = net_recv(c->fd, &m);
             if (rc != 1) {
                 close(c->fd);
