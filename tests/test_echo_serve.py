@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,7 +19,7 @@ import pyarrow as pa
 import pytest
 from echo_helpers import TEST_TOKEN, grpc_export, node_request
 
-from echo.store.lock import StoreLock, StoreLockedError
+from echo.store.lock import StoreLock, StoreLockedError, is_locked
 from echo.stress.server import EchoProcess
 from shared import contract as c
 from shared.otlp import Point, metrics_request
@@ -109,3 +110,17 @@ def test_sigterm_drains_and_every_acknowledged_event_is_stored(echo_process: Ech
         counts = con.execute("SELECT count(*), count(DISTINCT event_id) FROM events").fetchone()
         total, distinct = counts or (0, 0)
     assert total == distinct >= len(acked)
+
+
+@pytest.mark.parametrize("flag", ["--otlp-grpc", "--otlp-http"])
+def test_a_busy_port_is_a_clear_error(tmp_path: Path, flag: str) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        address = f"127.0.0.1:{busy.getsockname()[1]}"
+        env = {**os.environ, "RANKECHO_TOKEN": TEST_TOKEN}
+        ports = ["--otlp-grpc", "127.0.0.1:0", "--otlp-http", "127.0.0.1:0", "--mcp-http", "127.0.0.1:0"]
+        out = run_cli("serve", "--db", str(tmp_path / "e.db"), *ports, flag, address, env=env)
+    assert out.returncode == 2
+    assert f"cannot listen for OTLP/{'gRPC' if flag == '--otlp-grpc' else 'HTTP'} on {address}" in out.stderr
+    assert not is_locked(tmp_path / "e.db")

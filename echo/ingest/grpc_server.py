@@ -75,11 +75,14 @@ def start_grpc(
         handlers = {"Export": _handler(ingest, auth, SIGNALS[name])}
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
     address = str(where)
-    if tls is None:
-        port = server.add_insecure_port(address)
-    else:
-        port = server.add_secure_port(address, grpc.ssl_server_credentials([(tls[1], tls[0])]))
+    try:
+        if tls is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, grpc.ssl_server_credentials([(tls[1], tls[0])]))
+    except RuntimeError:
+        port = 0
     if port == 0:
-        raise OSError(f"cannot listen for OTLP/gRPC on {address}: is the port in use?")
+        raise OSError(f"cannot listen for OTLP/gRPC on {address}: port in use, or not a local address")
     server.start()
     return server, port

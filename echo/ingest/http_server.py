@@ -176,7 +176,10 @@ def start_http(
     tls_files: tuple[str, str] | None,
 ) -> tuple[ThreadingHTTPServer, int, threading.Thread]:
     """Start serving in a thread; returns the server, the bound port and the thread."""
-    server = _Server((where.host, where.port), ingest, auth, ops)
+    try:
+        server = _Server((where.host, where.port), ingest, auth, ops)
+    except OSError as exc:
+        raise OSError(f"cannot listen for OTLP/HTTP on {where}: {exc.strerror}") from None
     if tls_files is not None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(*tls_files)
