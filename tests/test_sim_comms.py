@@ -109,16 +109,19 @@ elif plan == "sizes":
 elif plan == "mismatch":
     allreduce(comm, 1024 * (rank + 1))
     out["unreachable"] = True
+out["id_addr"] = list(bytes(uid)[8:12])
 print(json.dumps(out), flush=True)
 assert nccl.ncclCommDestroy(comm) == 0
 """
 
 
-def run_ranks(tmp_path: Path, world: int, plan: str) -> list[subprocess.CompletedProcess[str]]:
+def run_ranks(
+    tmp_path: Path, world: int, plan: str, **extra_env: str
+) -> list[subprocess.CompletedProcess[str]]:
     build_libs()
     procs = []
     for rank in range(world):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world))
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), **extra_env)
         argv = [sys.executable, "-c", WORKER, str(SIM_ROOT / "build"), plan, str(tmp_path)]
         procs.append(
             subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -186,3 +189,13 @@ def test_mismatched_collectives_abort_every_rank_with_a_clear_message(tmp_path: 
     assert all(p.returncode != 0 for p in procs)
     assert all("unreachable" not in p.stdout for p in procs)
     assert any("same collectives in the same order" in p.stderr for p in procs)
+
+
+def test_the_hub_listens_where_it_is_told_and_rejects_a_bad_address(tmp_path: Path) -> None:
+    (tmp_path / "ok").mkdir()
+    r = results(run_ranks(tmp_path / "ok", 2, "p2p", RANKECHO_SIM_BIND_ADDR="127.0.0.2"))
+    assert r[0]["id_addr"] == r[1]["id_addr"] == [127, 0, 0, 2]  # carried to every rank in the id
+    (tmp_path / "bad").mkdir()
+    procs = run_ranks(tmp_path / "bad", 1, "p2p", RANKECHO_SIM_BIND_ADDR="node-a")
+    assert procs[0].returncode != 0
+    assert "RANKECHO_SIM_BIND_ADDR=node-a is not an IPv4 address" in procs[0].stderr
