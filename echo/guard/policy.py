@@ -126,14 +126,6 @@ class Policy:
             raise ValueError(f"relation names must be plain identifiers, got {bad}")
         return cls(relations=frozenset(cleaned))
 
-    @classmethod
-    def from_catalog(cls, con: duckdb.DuckDBPyConnection) -> Policy:
-        """Every table and view in schema ``main`` of an open database (read by us, never by a caller)."""
-        rows = con.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
-        ).fetchall()
-        return cls.for_relations(r[0] for r in rows if IDENTIFIER.match(r[0]))
-
     def allows_relation(self, name: str) -> bool:
         return name.lower() in self.relations
 
