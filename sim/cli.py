@@ -29,7 +29,10 @@ def register(subparsers: Any) -> None:
         metavar="HOST:PORT",
         help="start one rankecho agent per node, exporting to this Echo endpoint",
     )
-    p.add_argument("--token", help="bearer token for the agents (passed as RANKECHO_TOKEN)")
+    p.add_argument(
+        "--token",
+        help="bearer token for the agents, passed as RANKECHO_TOKEN (default: inherit RANKECHO_TOKEN)",
+    )
     p.add_argument("--steps", type=int, help="override the scenario's step count")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop everything after this long")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
