@@ -1,0 +1,53 @@
+"""The parser layer's contract with DuckDB: the JSON AST shape it relies on (pinned here so a DuckDB
+upgrade that changes it fails loudly), and that anything it does not know is refused (fail closed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from echo.guard import Refused, project_policy
+from echo.guard.parsed import _walk, serialize
+
+
+def _node(sql: str) -> dict[str, Any]:
+    node: dict[str, Any] = serialize(sql)["statements"][0]["node"]
+    return node
+
+
+def test_ast_shape_the_walk_relies_on() -> None:
+    select = _node("SELECT node_id FROM events WHERE rank = 1")
+    assert select["type"] == "SELECT_NODE"
+    assert select["from_table"]["type"] == "BASE_TABLE" and select["from_table"]["table_name"] == "events"
+    assert select["where_clause"]["class"] == "COMPARISON"
+    function = _node("SELECT * FROM range(3)")["from_table"]
+    assert function["type"] == "TABLE_FUNCTION" and function["function"]["function_name"] == "range"
+    union = _node("SELECT 1 UNION SELECT 2")
+    assert union["type"] == "SET_OPERATION_NODE"
+    cte = _node("WITH x AS (SELECT 1) SELECT * FROM x")
+    assert cte["cte_map"]["map"][0]["key"] == "x"
+    lateral = _node("SELECT * FROM events e, LATERAL (SELECT 1) l")["from_table"]
+    assert lateral["type"] == "JOIN" and lateral["right"]["type"] == "SUBQUERY"
+
+
+@pytest.mark.parametrize(
+    "tree",
+    [
+        {"type": "SELECT_NODE", "from_table": {"type": "SOME_FUTURE_TABLE_REF"}},
+        {"type": "SELECT_NODE", "select_list": [{"class": "SOME_FUTURE_EXPRESSION"}]},
+        {"type": "INSERT_NODE"},
+        {"type": "SELECT_NODE", "from_table": {"type": "BASE_TABLE", "table_name": "t2", "schema_name": ""}},
+        {"type": "SELECT_NODE", "select_list": [{"class": "FUNCTION", "function_name": "my_udf"}]},
+    ],
+)
+def test_unknown_node_kinds_tables_and_functions_are_refused(tree: dict[str, Any]) -> None:
+    with pytest.raises(Refused):
+        _walk(tree, project_policy(), frozenset())
+
+
+def test_cte_names_are_scoped_to_their_subtree() -> None:
+    # 'inner_t' is defined inside the subquery only; the outer FROM must not be able to use it.
+    sql = "SELECT * FROM (WITH inner_t AS (SELECT 1 AS x) SELECT * FROM inner_t) s, inner_t"
+    with pytest.raises(Refused, match="unknown table"):
+        _walk(serialize(sql)["statements"][0], project_policy(), frozenset())
