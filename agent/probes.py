@@ -4,7 +4,8 @@ Shaped like bcc's tools: :func:`program_text` returns the C program (``rankecho 
 it), :func:`cflags` turns settings into ``-D`` knobs, :func:`load` compiles, and :func:`attach_library`
 puts uprobes on one library file (once per file: a probe on a path fires in every process that maps
 that inode). Functions that begin with ``endbr64`` are probed four bytes in, which keeps the argument
-registers and stack intact and avoids single-stepping the first instruction (~11 us per hit).
+registers and stack intact and avoids single-stepping the first instruction (~11 us per hit); the
+entry-only ``cudaLaunchKernel`` probe also steps over a leading ``sub $n, %rsp``.
 
 Usage::
 
@@ -25,6 +26,8 @@ BPF_DIR = Path(__file__).parent / "bpf"
 PROGRAM_FILE = BPF_DIR / "agent.bpf.c"
 HEADER_FILE = BPF_DIR / "agent.h"
 ENDBR64 = b"\xf3\x0f\x1e\xfa"
+SUB_RSP_IMM8 = b"\x48\x83\xec"
+SUB_RSP_IMM32 = b"\x48\x81\xec"
 
 log = logging.getLogger("rankecho.agent")
 
@@ -111,7 +114,8 @@ class Attached:
     path: str
     symbol: str
     offset: int
-    skipped_endbr: bool
+    skipped: int
+    """Prologue bytes stepped over (endbr64 = 4, plus a stack adjustment for entry-only probes)."""
 
 
 def symbol_offset(path: str, symbol: str) -> tuple[int, int] | None:
@@ -128,10 +132,29 @@ def symbol_offset(path: str, symbol: str) -> tuple[int, int] | None:
     return int(offset), int(matches[0][1])
 
 
-def starts_with_endbr(path: str, offset: int) -> bool:
+def starts_with(path: str, offset: int, prefix: bytes) -> bool:
     with open(path, "rb") as f:
         f.seek(offset)
-        return f.read(4) == ENDBR64
+        return f.read(len(prefix)) == prefix
+
+
+def prologue_skip(path: str, offset: int, entry_only: bool) -> int:
+    """Bytes to skip at a function's start so the probed instruction is not single-stepped.
+
+    ``endbr64`` changes nothing, so any probe may sit past it. ``sub $imm, %rsp`` moves the stack:
+    only entry-only probes that read no stack argument may sit past it (a return probe must find the
+    return address at the stack pointer)."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        head = f.read(11)
+    skip = 4 if head[:4] == ENDBR64 else 0
+    if entry_only:
+        rest = head[skip:]
+        if rest[:3] == SUB_RSP_IMM8:
+            skip += 4
+        elif rest[:3] == SUB_RSP_IMM32:
+            skip += 7
+    return skip
 
 
 def attach_library(bpf: Any, path: str, lib: str) -> list[Attached]:
@@ -145,12 +168,12 @@ def attach_library(bpf: Any, path: str, lib: str) -> list[Attached]:
             log.debug("%s does not export %s", path, probe.symbol)
             continue
         offset, vaddr = where
-        skip = 4 if starts_with_endbr(path, offset) else 0
-        # Entry and return probes both go past endbr64: a return probe is also planted at entry.
+        # A return probe is planted at entry too, so both move past endbr64 together.
+        skip = prologue_skip(path, offset, entry_only=not probe.has_return)
         bpf.attach_uprobe(name=path, addr=vaddr + skip, fn_name=f"enter_{probe.symbol}")
         if probe.has_return:
             bpf.attach_uretprobe(name=path, addr=vaddr + skip, fn_name=f"return_{probe.symbol}")
-        done.append(Attached(path, probe.symbol, offset + skip, bool(skip)))
+        done.append(Attached(path, probe.symbol, offset + skip, skip))
     if not done:
         raise RuntimeError(
             f"0 functions matched in {path}: it exports none of the {lib} functions rankecho traces; "

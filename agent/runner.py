@@ -137,8 +137,9 @@ class Agent:
             return
         done = probes.attach_library(self.bpf, lib.path, lib.kind)
         self.attached[lib.key] = lib
-        skipped = sum(a.skipped_endbr for a in done)
-        log.info("attached %d probes to %s (%d past endbr64)", len(done), lib.path, skipped)
+        endbr = sum(a.skipped >= 4 and probes.starts_with(lib.path, a.offset - a.skipped, probes.ENDBR64)
+                    for a in done)
+        log.info("attached %d probes to %s (%d past endbr64)", len(done), lib.path, endbr)
 
     def rescan(self) -> None:
         libs, procs = discovery.scan(self.s.proc_root, pids=self.s.pids or None)
