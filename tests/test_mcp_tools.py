@@ -265,3 +265,23 @@ def test_byte_cap_truncates(con: duckdb.DuckDBPyConnection) -> None:
     out = call(con, "fleet.cluster.event_history", {"limit": 10_000}, limits=Limits(max_bytes=50_000))
     assert 0 < out["count"] < ROWS and out["truncated"] is True
     assert len(json.dumps(out["events"])) <= 50_000
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("fleet.cluster.summary", {"window": "last 5m"}),
+        ("fleet.cluster.event_history", {"window": "14:30-14:35"}),
+        ("fleet.cluster.find_outlier_nodes", {"metric": "rankecho.health.score", "method": "mad"}),
+        ("fleet.cluster.run_analysis", {"sql": "SELECT count(*) AS n FROM events"}),
+        ("fleet.cluster.get_cost", {}),
+    ],
+)
+def test_every_tool_answers_on_an_empty_store(tmp_path: Path, tool: str, args: dict[str, Any]) -> None:
+    empty = duckdb.connect(str(tmp_path / "empty.db"))
+    migrate(empty)
+    seal(empty)
+    out = call(empty, tool, args)
+    assert out.get("truncated") is False
+    assert not out.get("nodes") and not out.get("events") and not out.get("outliers")
+    empty.close()
