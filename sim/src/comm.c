@@ -103,6 +103,7 @@ static int64_t run_task(struct ncclComm *c, struct task *t) {
 
 static void *proxy_main(void *arg) {
     struct ncclComm *c = arg;
+    pthread_setname_np(pthread_self(), "NCCL Progress"); /* as real NCCL names its proxy threads */
     pthread_mutex_lock(&c->mu);
     for (;;) {
         while (!c->stopping && (c->head == NULL || c->head->gpu_ready_ns < 0)) pthread_cond_wait(&c->cv, &c->mu);

@@ -250,6 +250,7 @@ out:
 
 static void *hub_main(void *arg) {
     struct hub *h = arg;
+    pthread_setname_np(pthread_self(), "NCCL Bootstrap");
     int serving = gather(h) == 0;
     if (serving) serve(h);
     for (int i = 0; h->conns && i < 2 * h->nranks; i++)
