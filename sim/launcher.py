@@ -318,7 +318,7 @@ class Cluster:
 def run_scenario(scenario: Scenario, opts: LaunchOptions) -> RunResult:
     """Run the scenario to completion. Returns 0 on success, 1 if a process failed, 130/143 if stopped."""
     build_libs()
-    run_dir = opts.run_dir or Path(tempfile.mkdtemp(prefix=f"rankecho-sim-{scenario.name}-"))
+    run_dir = (opts.run_dir or Path(tempfile.mkdtemp(prefix=f"rankecho-sim-{scenario.name}-"))).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     lib_dirs = prepare_lib_dirs(run_dir, scenario)
     cluster = Cluster(scenario, opts, run_dir, lib_dirs)
