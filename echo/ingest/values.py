@@ -46,17 +46,6 @@ def to_python(value: AnyValue, depth: int = 0) -> Any:
     return base64.b64encode(value.bytes_value).decode("ascii")
 
 
-def is_too_deep(value: Any) -> bool:
-    """True when :func:`to_python` had to cut this value (checked only for nested values)."""
-    if value == TOO_DEEP:
-        return True
-    if isinstance(value, tuple):
-        return any(is_too_deep(v) for v in value)
-    if isinstance(value, dict):
-        return any(is_too_deep(v) for v in value.values())
-    return False
-
-
 def pairs(attributes: Any) -> list[tuple[str, Any]]:
     """OTLP ``KeyValue`` list -> (key, JSON-safe value) pairs, in wire order."""
     out = []
