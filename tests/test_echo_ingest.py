@@ -154,3 +154,12 @@ def test_values_that_python_calls_equal_keep_their_own_types(echo_inproc: Echo) 
         '{"flag":[true]}',
         '{"flag":[1]}',
     ]
+
+
+def test_unusable_column_values_stay_in_attrs(echo_inproc: Echo) -> None:
+    resource = {"node_id": 17, "cluster_id": "", "rank": "first", c.NRANKS: 2**40}
+    request = metrics_request(resource, [Point(c.M_HEALTH, time.time_ns(), 0.5)])
+    grpc_export(echo_inproc.grpc_address or "", request, TEST_TOKEN)
+    got = rows(echo_inproc, "SELECT cluster_id, node_id, rank, nranks, attrs_json FROM events")
+    assert got[0][:4] == (None, "17", None, None)
+    assert json.loads(str(got[0][4])) == {"cluster_id": "", "rank": "first", c.NRANKS: 2**40}
