@@ -85,9 +85,7 @@ def _column_value(column: str, raw: Any) -> Any:
         except (TypeError, ValueError):
             return None
         return value if _INT32[0] <= value <= _INT32[1] else None
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        return str(raw)  # e.g. a numeric node id
-    return raw if isinstance(raw, str) and raw else None
+    return raw if isinstance(raw, str) else None  # as docs/contract.md says: non-strings stay in attrs
 
 
 class AttrResolver:
