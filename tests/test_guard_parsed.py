@@ -51,3 +51,19 @@ def test_cte_names_are_scoped_to_their_subtree() -> None:
     sql = "SELECT * FROM (WITH inner_t AS (SELECT 1 AS x) SELECT * FROM inner_t) s, inner_t"
     with pytest.raises(Refused, match="unknown table"):
         _walk(serialize(sql)["statements"][0], project_policy(), frozenset())
+
+
+def test_remembered_decisions_match_fresh_ones() -> None:
+    from echo.guard import check_sql
+    from echo.guard.check import check_sql_uncached, clear_guard_cache
+    from echo.guard.policy import Policy
+
+    clear_guard_cache()
+    allowed = "SELECT node_id, count(*) FROM events GROUP BY 1"
+    assert check_sql(allowed) == check_sql(allowed) == check_sql_uncached(allowed, project_policy())
+    for _ in range(2):  # a refusal is decided afresh every time, never remembered as allowed
+        with pytest.raises(Refused):
+            check_sql("SELECT * FROM read_csv('/etc/passwd')")
+    narrower = Policy.for_relations(["other_table"])
+    with pytest.raises(Refused, match="unknown table"):
+        check_sql(allowed, narrower)  # same text, other policy: decided for that policy

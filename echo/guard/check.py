@@ -35,11 +35,30 @@ def project_policy() -> Policy:
 
 
 def check_sql(sql: str, policy: Policy | None = None) -> str:
-    """Return the normalised statement if it may run, else raise :class:`Refused` with what is allowed."""
-    policy = policy or project_policy()
+    """Return the normalised statement if it may run, else raise :class:`Refused` with what is allowed.
+
+    Allowed statements are remembered by exact text (the decision depends only on the text and the
+    policy), so the second check of the same query, in the store after the MCP boundary, and the tools'
+    named queries cost a dictionary lookup. Refusals are never cached: each one is decided afresh.
+    """
+    if not isinstance(sql, str):
+        raise Refused("the query must be a string", (policy or project_policy()).allowed_text())
+    return _allowed(sql, policy or project_policy())
+
+
+def check_sql_uncached(sql: str, policy: Policy) -> str:
+    """:func:`check_sql` without the memory of allowed statements (benchmarks measure this)."""
     try:
         text = check_lexical(sql)
         check_parsed(text, policy)
     except Refused as refused:
         raise Refused(refused.reason, policy.allowed_text()) from None
     return text
+
+
+_allowed = functools.lru_cache(maxsize=1024)(check_sql_uncached)
+
+
+def clear_guard_cache() -> None:
+    """Forget every remembered allowed statement (after a policy change; benchmarks use it)."""
+    _allowed.cache_clear()
