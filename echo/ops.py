@@ -39,6 +39,8 @@ class Snapshot:
     committed: int
     duplicates: int
     rejected: Counter[str]
+    rejected_what: dict[str, str]
+    """reason -> ``request`` (the whole request was refused) or ``event`` (one event inside a request)."""
     stored_with_fix: Counter[str]
     requests: Counter[str]
     commit_seconds: Histogram
@@ -54,6 +56,7 @@ class Stats:
         self.queue_rows = queue_rows
         self._received: Counter[str] = Counter()
         self._rejected: Counter[str] = Counter()
+        self._rejected_what: dict[str, str] = {}
         self._fixed: Counter[str] = Counter()
         self._requests: Counter[str] = Counter()
         self._committed = 0
@@ -65,10 +68,12 @@ class Stats:
         with self._lock:
             self._received[signal] += n
 
-    def rejected(self, reason: str, n: int = 1) -> None:
+    def rejected(self, reason: str, n: int = 1, what: str = "event") -> None:
+        """Count ``n`` refused events, or (``what="request"``) one refused request, under ``reason``."""
         if n:
             with self._lock:
                 self._rejected[reason] += n
+                self._rejected_what[reason] = what
 
     def stored_with_fix(self, counts: Counter[str]) -> None:
         if counts:
@@ -90,7 +95,8 @@ class Stats:
         with self._lock:
             return Snapshot(
                 received=Counter(self._received), committed=self._committed, duplicates=self._duplicates,
-                rejected=Counter(self._rejected), stored_with_fix=Counter(self._fixed),
+                rejected=Counter(self._rejected), rejected_what=dict(self._rejected_what),
+                stored_with_fix=Counter(self._fixed),
                 requests=Counter(self._requests),
                 commit_seconds=_copy(self._commit), batch_rows=_copy(self._batch),
                 queue_rows=self.queue_rows(),
@@ -132,9 +138,15 @@ def render(s: Snapshot) -> str:
         "# TYPE rankecho_echo_queue_rows gauge",
         f"rankecho_echo_queue_rows {s.queue_rows}",
     ]
-    lines += _counter_lines(
-        "rankecho_echo_rejected_total", "Events or requests refused, by reason.", "reason", s.rejected
-    )
+    lines += [
+        "# HELP rankecho_echo_rejected_total Refused, by reason; what=request counts whole requests, "
+        "what=event single events inside an accepted request.",
+        "# TYPE rankecho_echo_rejected_total counter",
+    ]
+    lines += [
+        f'rankecho_echo_rejected_total{{reason="{k}",what="{s.rejected_what.get(k, "event")}"}} {v}'
+        for k, v in sorted(s.rejected.items())
+    ]
     lines += _counter_lines(
         "rankecho_echo_stored_with_fix_total", "Events stored after a safe repair, by reason.", "reason",
         s.stored_with_fix,

@@ -56,6 +56,12 @@ def test_lock_is_exclusive_and_names_the_holder(tmp_path: Path) -> None:
     assert not is_locked(db)
 
 
+def scrape(base: str) -> dict[str, str]:
+    """``/metrics`` as {series: value}."""
+    text = httpx.get(f"{base}/metrics").text
+    return dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+
+
 def test_ops_endpoints(echo_inproc: Echo) -> None:
     base = f"http://{echo_inproc.http_address}"
     assert httpx.get(f"{base}/healthz").status_code == 200
@@ -63,14 +69,18 @@ def test_ops_endpoints(echo_inproc: Echo) -> None:
     request = node_request("n1", 40)
     grpc_export(echo_inproc.grpc_address or "", request, TEST_TOKEN)
     grpc_export(echo_inproc.grpc_address or "", request, TEST_TOKEN)
-    text = httpx.get(f"{base}/metrics").text
-    lines = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+    lines = scrape(base)
     assert lines['rankecho_echo_received_total{signal="metric"}'] == "80"
     assert lines["rankecho_echo_committed_total"] == "40"
     assert lines["rankecho_echo_duplicates_skipped_total"] == "40"
     assert lines["rankecho_echo_queue_rows"] == "0"
     assert lines["rankecho_echo_commit_seconds_count"] == "2"
     assert lines['rankecho_echo_batch_rows_bucket{le="100"}'] == "2"
+    httpx.post(f"{base}/v1/metrics", content=b"x", headers={"Content-Type": "application/x-protobuf"})
+    lines = scrape(base)
+    assert lines['rankecho_echo_rejected_total{reason="unauthenticated",what="request"}'] == "1"
+    assert lines['rankecho_echo_requests_total{outcome="unauthenticated"}'] == "1"
+    assert lines['rankecho_echo_requests_total{outcome="ok"}'] == "2"
     assert httpx.get(f"{base}/nope").status_code == 404
     echo_inproc.writer.stop()
     assert httpx.get(f"{base}/readyz").status_code == 503

@@ -91,8 +91,7 @@ class Ingest:
 
     def check_size(self, n_bytes: int) -> None:
         if n_bytes > self.settings.max_message_bytes:
-            self.stats.rejected("too_large")
-            self.stats.request("too_large")
+            self.reject_request("too_large")
             raise IngestError(
                 TOO_LARGE,
                 f"request of {n_bytes} bytes exceeds Echo's limit of {self.settings.max_message_bytes} "
@@ -112,7 +111,8 @@ class Ingest:
         return request
 
     def reject_request(self, reason: str) -> None:
-        self.stats.rejected(reason)
+        """Count a whole request refused for ``reason`` (its events were never decoded or stored)."""
+        self.stats.rejected(reason, what="request")
         self.stats.request(reason)
 
     def export(self, signal: Signal, request: Message) -> Message:
