@@ -3,8 +3,9 @@
 Each simrank process writes one line per step: when the step started, the wall-clock time it
 entered the step's first all-reduce, when its final stream sync returned, how long that sync
 blocked and which faults fired. From those lines this module derives, per step and rank,
-``entered_late_by_ms`` (enter time minus the median enter time of the step) and the injected
-cause, which is what a diagnosis is scored against. Usage::
+``entered_late_by_ms`` (host enter time minus the step's median), ``gpu_late_by_ms`` (the same for
+the time the GPU reached the collective) and the injected cause: a rank is a straggler at a step
+when either lateness reaches the scenario's threshold. A diagnosis is scored against this. Usage::
 
     logs = read_rank_logs(run_dir, scenario)
     truth = build_ground_truth(scenario, logs)
@@ -31,6 +32,8 @@ class StepRecord:
     loader_ns: int
     alloc_ns: int
     fwd_sync_ns: int
+    gpu_arrive_ns: int
+    """When the GPU reached the step's first all-reduce (CUDA events; wall clock)."""
     causes: tuple[tuple[str, float], ...]
     """(fault kind, injected ms) for every fault that fired on this rank at this step."""
 
@@ -71,12 +74,12 @@ def parse_rank_log(text: str, rank: int) -> RankLog:
             log.pid, log.tid, log.start_ns = int(parts[9]), int(parts[11]), int(parts[13])
         elif parts[0] == "comm" and len(parts) == 5:
             log.comms[parts[1]] = (parts[2], int(parts[3]), int(parts[4]))
-        elif parts[0] == "step" and len(parts) == 10:
+        elif parts[0] == "step" and len(parts) == 11:
             causes: tuple[tuple[str, float], ...] = ()
-            if parts[9] != "-":
-                causes = tuple((kind, float(ms)) for kind, ms in (c.split(":") for c in parts[9].split(",")))
-            k, start, enter, end, wait, loader, alloc, fwd = (int(p) for p in parts[1:9])
-            log.steps.append(StepRecord(k, start, enter, end, wait, loader, alloc, fwd, causes))
+            if parts[10] != "-":
+                causes = tuple((kind, float(ms)) for kind, ms in (c.split(":") for c in parts[10].split(",")))
+            k, start, enter, end, wait, loader, alloc, fwd, gpu = (int(p) for p in parts[1:10])
+            log.steps.append(StepRecord(k, start, enter, end, wait, loader, alloc, fwd, gpu, causes))
         elif parts[0] == "done" and len(parts) == 2:
             log.done_ns = int(parts[1])
     return log
@@ -118,15 +121,17 @@ def build_ground_truth(scenario: Scenario, logs: dict[int, RankLog]) -> dict[str
     for step in sorted(by_step):
         recs = by_step[step]
         median = statistics.median(r.enter_ns for r in recs.values())
+        gpu_median = statistics.median(r.gpu_arrive_ns for r in recs.values())
         ranks: list[dict[str, Any]] = []
         for rank in sorted(recs):
             r = recs[rank]
-            late = _ms(r.enter_ns - median)
             ranks.append(
                 {
                     "rank": rank,
                     "enter_ns": r.enter_ns,
-                    "entered_late_by_ms": late,
+                    "entered_late_by_ms": _ms(r.enter_ns - median),
+                    "gpu_arrival_ns": r.gpu_arrive_ns,
+                    "gpu_late_by_ms": _ms(r.gpu_arrive_ns - gpu_median),
                     "sync_wait_ms": _ms(r.sync_wait_ns),
                     "loader_ms": _ms(r.loader_ns),
                     "alloc_ms": _ms(r.alloc_ns),
@@ -137,9 +142,14 @@ def build_ground_truth(scenario: Scenario, logs: dict[int, RankLog]) -> dict[str
                 }
             )
         stragglers = [
-            {"rank": e["rank"], "entered_late_by_ms": e["entered_late_by_ms"], "cause": e["cause"]}
+            {
+                "rank": e["rank"],
+                "entered_late_by_ms": e["entered_late_by_ms"],
+                "gpu_late_by_ms": e["gpu_late_by_ms"],
+                "cause": e["cause"],
+            }
             for e in ranks
-            if e["entered_late_by_ms"] >= scenario.straggler_threshold_ms
+            if max(e["entered_late_by_ms"], e["gpu_late_by_ms"]) >= scenario.straggler_threshold_ms
         ]
         steps_out.append(
             {

@@ -91,6 +91,11 @@ def test_ground_truth_names_each_injected_cause(
         assert row["cause"] == kind
         others = [r["cause"] for r in truth["per_step"][step]["ranks"] if r["rank"] != rank]
         assert others == [None] * 3
+        assert (rank, kind) in {(x["rank"], x["cause"]) for x in truth["per_step"][step]["stragglers"]}
+    # A slow GPU shows in when the GPU reached the collective more than in when the host called it.
+    slow = next(r for r in truth["per_step"][21]["ranks"] if r["rank"] == 0)
+    assert slow["gpu_late_by_ms"] >= 0.8 * MS
+    assert slow["entered_late_by_ms"] <= slow["gpu_late_by_ms"] - 0.3 * MS
 
 
 def test_host_compute_is_on_cpu(observed: tuple[RunResult, dict[int, RankLog], Sampler]) -> None:

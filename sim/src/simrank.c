@@ -12,12 +12,13 @@
  *
  *   rank R world W local L node NODE pid PID tid TID start PROCESS_START
  *   comm NAME HASH RANK_IN_COMM COMM_SIZE
- *   step K START ENTER END SYNC_WAIT LOADER ALLOC FWD_SYNC CAUSES
+ *   step K START ENTER END SYNC_WAIT LOADER ALLOC FWD_SYNC GPU_ARRIVE CAUSES
  *
  * ENTER is when the step's first all-reduce was called, SYNC_WAIT how long the final stream sync
  * blocked, LOADER/ALLOC/FWD_SYNC the time spent fetching the batch, in cudaMalloc/cudaFree, and
- * in the forward (loss) sync; CAUSES lists `kind:ms` of the faults that fired, or `-`. The last
- * line is `done END`.
+ * in the forward (loss) sync; GPU_ARRIVE is when the GPU reached that all-reduce (START plus the
+ * elapsed time between CUDA events recorded at both points, as a profiler would measure it);
+ * CAUSES lists `kind:ms` of the faults that fired, or `-`. The last line is `done END`.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -221,6 +222,7 @@ struct rank {
     struct cfg c;
     struct api a;
     cudaStream_t stream;
+    cudaEvent_t step_event, coll_event; /* GPU time at step start / when the GPU reaches the collective */
     ncclComm_t world, subs[MAX_SPLITS];
     void *cache[ALLOC_CACHE], *occasional, *batch;
 };
@@ -230,6 +232,8 @@ static void setup(struct rank *r) {
     const struct api *a = &r->a;
     check(a->cudaSetDevice(c->local_rank % 8), "cudaSetDevice");
     check(a->cudaStreamCreate(&r->stream), "cudaStreamCreate");
+    check(a->cudaEventCreate(&r->step_event), "cudaEventCreate");
+    check(a->cudaEventCreate(&r->coll_event), "cudaEventCreate");
     ncclUniqueId id = exchange_id(c, a);
     check(a->ncclCommInitRank(&r->world, c->world, id, c->rank), "ncclCommInitRank");
     printf("comm world %016llx %d %d\n", (unsigned long long)comm_hash(r->world), c->rank, c->world);
@@ -271,6 +275,7 @@ static void run_step(struct rank *r, int step) {
         if (fired[i] > 0 && c->faults[i].kind == F_SLOW_GPU) slow += fired[i] * 1000.0 / c->compute_us;
     }
     int64_t start = sim_realtime_ns();
+    check(a->cudaEventRecord(r->step_event, r->stream), "cudaEventRecord"); /* the GPU is idle: now */
     wait_off_cpu(c->loader_us / 1000.0); /* fetch the batch */
     for (int i = 0; i < c->nfaults; i++)
         if (fired[i] > 0 && c->faults[i].kind == F_DATALOADER_STALL) wait_off_cpu(fired[i]);
@@ -295,6 +300,7 @@ static void run_step(struct rank *r, int step) {
             if (b == 0) {
                 before_collective(c, fired);
                 enter = sim_realtime_ns();
+                check(a->cudaEventRecord(r->coll_event, r->stream), "cudaEventRecord");
             }
             check(a->ncclAllReduce(r->batch, r->batch, bucket_count, ncclBfloat16, ncclSum, r->world, r->stream),
                   "ncclAllReduce");
@@ -309,9 +315,11 @@ static void run_step(struct rank *r, int step) {
     int64_t sync_start = sim_realtime_ns();
     check(a->cudaStreamSynchronize(r->stream), "cudaStreamSynchronize");
     int64_t end = sim_realtime_ns();
-    printf("step %d %lld %lld %lld %lld %lld %lld %lld %s\n", step, (long long)start, (long long)enter, (long long)end,
-           (long long)(end - sync_start), (long long)(loaded - start), (long long)(allocated - loaded),
-           (long long)fwd_sync, *causes ? causes : "-");
+    float gpu_ms = 0;
+    check(a->cudaEventElapsedTime(&gpu_ms, r->step_event, r->coll_event), "cudaEventElapsedTime");
+    printf("step %d %lld %lld %lld %lld %lld %lld %lld %lld %s\n", step, (long long)start, (long long)enter,
+           (long long)end, (long long)(end - sync_start), (long long)(loaded - start), (long long)(allocated - loaded),
+           (long long)fwd_sync, (long long)start + (long long)((double)gpu_ms * 1e6), *causes ? causes : "-");
     fflush(stdout);
 }
 

@@ -18,6 +18,9 @@
     X(cudaMalloc, cudaError_t, (void **, size_t))                                                        \
     X(cudaFree, cudaError_t, (void *))                                                                   \
     X(cudaMemcpyAsync, cudaError_t, (void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t))   \
+    X(cudaEventCreate, cudaError_t, (cudaEvent_t *))                                                     \
+    X(cudaEventRecord, cudaError_t, (cudaEvent_t, cudaStream_t))                                         \
+    X(cudaEventElapsedTime, cudaError_t, (float *, cudaEvent_t, cudaEvent_t))                            \
     X(ncclGetUniqueId, ncclResult_t, (ncclUniqueId *))                                                   \
     X(ncclCommInitRank, ncclResult_t, (ncclComm_t *, int, ncclUniqueId, int))                            \
     X(ncclCommSplit, ncclResult_t, (ncclComm_t, int, int, ncclComm_t *, ncclConfig_t *))                 \
