@@ -156,7 +156,13 @@ class Tracker:
         proc = self.procs.get(pid)
         if proc is not None:
             return proc
-        return self.track(self._read_proc(pid) or ProcessInfo(pid, 0))
+        info = self._read_proc(pid)
+        old = self.exited.get(pid)
+        if old is not None and (info is None or info.start_ticks == old.info.start_ticks):
+            # A record of a process whose exit was already seen (a thread switching in to die): it
+            # belongs to that process, not to a new one; a zombie's environ reads empty.
+            return old
+        return self.track(info or ProcessInfo(pid, 0))
 
     def _resource(self, proc: Proc) -> dict[str, AttrValue]:
         """Resource attributes of one traced process (rank, nranks, local rank, pid, k8s)."""

@@ -129,6 +129,10 @@ def test_exit_flushes_pending_and_a_reused_pid_is_a_new_process() -> None:
     r.t.handle(ExitRecord(r.pid, 12 * MS))
     [coll] = r.metric(c.M_COLLECTIVE)
     assert c.COMPLETE_NS not in coll.attributes  # no sync ever waited for it
+    # A record of the dead process that arrives after its exit (a thread switching in to die) stays
+    # with it: no new, identity-less process appears under the same key.
+    r.t.handle(OffCpuRecord(r.pid, r.pid + 1, 11 * MS, 13 * MS, 0, False, FN.NONE))
+    assert r.t.resources[(r.pid, 7)][c.RANK] == 0 and r.pid not in r.t.procs
     assert r.t.sweep(13 * MS) == [r.pid]
     r.t.track(ProcessInfo(r.pid, 99, EnvIdentity(rank=4, world_size=8)))
     r.call(FN.MALLOC, 20 * MS, 21 * MS)
