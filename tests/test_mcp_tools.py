@@ -90,6 +90,10 @@ def test_summary_counts_and_staleness(con: duckdb.DuckDBPyConnection) -> None:
     assert nodes["node-a"]["ranks"] == [0, 1, 2, 3] and nodes["node-b"]["ranks"] == [4, 5, 6, 7]
     assert nodes["node-b"]["last_ns"] == LAST_NS and nodes["node-b"]["stale_s"] == pytest.approx(30.0)
     assert nodes["node-a"]["behind_newest_s"] == pytest.approx(4 * STEP_NS / 1e9)
+    assert [(r["node_id"], r["rank"]) for r in out["ranks"]][:2] == [("node-a", 0), ("node-a", 1)]
+    assert len(out["ranks"]) == 8 and all(r["events"] == ROWS // 8 for r in out["ranks"])
+    assert out["ranks"][0]["behind_newest_s"] == pytest.approx(7 * STEP_NS / 1e9)
+    assert out["ranks"][-1] == {**out["ranks"][-1], "rank": 7, "last_ns": LAST_NS, "behind_newest_s": 0.0}
     assert out["metrics"][0]["metric_name"] == "rankecho.health.score" and out["metrics"][0]["events"] == ROWS
     assert out["truncated"] is False
 

@@ -85,8 +85,9 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
     def summary(window: Window = None) -> dict[str, Any]:
         """Overview of what Echo holds: clusters, nodes (with their ranks, event counts, last event and
         staleness in seconds: `stale_s` against Echo's clock, `behind_newest_s` against the newest event
-        of any node, so a node that stopped reporting stands out), metrics with counts, and the time range.
-        Call this first."""
+        of any node, so a node that stopped reporting stands out), ranks (events, last event,
+        `behind_newest_s`, most lagging first: a rank stuck in a collective stops reporting), metrics
+        with counts, and the time range. Call this first."""
         return _answer(lambda: inv.summary(window))
 
     @mcp.tool(name="fleet.cluster.event_history", annotations=READ_ONLY)

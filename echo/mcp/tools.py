@@ -103,6 +103,7 @@ class Investigation:
         totals = totals_row[0]
         totals["first"], totals["last"] = iso(totals["first_ns"]), iso(totals["last_ns"])
         nodes, nodes_cut = self._records(self._run("summary_nodes", now_ns=self._clock_ns(), **bounds))
+        ranks, ranks_cut = self._records(self._run("summary_ranks", max_rows=1000, **bounds))
         metrics, metrics_cut = self._records(self._run("summary_metrics", **bounds))
         for node in nodes:
             node["last"] = iso(node["last_ns"])
@@ -118,8 +119,9 @@ class Investigation:
             "totals": totals,
             "clusters": list(clusters.values()),
             "nodes": nodes,
+            "ranks": ranks,
             "metrics": metrics,
-            "truncated": nodes_cut or metrics_cut,
+            "truncated": nodes_cut or ranks_cut or metrics_cut,
         }
 
     def event_history(

@@ -44,6 +44,23 @@ GROUP BY cluster_id, node_id
 ORDER BY cluster_id, node_id
 LIMIT $max_rows;
 
+-- name: summary_ranks
+-- Per (cluster, node, rank): events and last event, and how far that rank's last event lags the newest
+-- event of any rank (a rank stuck in a collective stops reporting while its peers go on).
+SELECT cluster_id,
+       node_id,
+       rank,
+       count(*) AS events,
+       max(timestamp_ns) AS last_ns,
+       (max(max(timestamp_ns)) OVER () - max(timestamp_ns)) / 1e9 AS behind_newest_s
+FROM events
+WHERE rank IS NOT NULL
+  AND ($start_ns IS NULL OR timestamp_ns >= $start_ns)
+  AND ($end_ns IS NULL OR timestamp_ns < $end_ns)
+GROUP BY cluster_id, node_id, rank
+ORDER BY behind_newest_s DESC, cluster_id, node_id, rank
+LIMIT $max_rows;
+
 -- name: summary_metrics
 -- Per metric (and signal): events, nodes reporting it, time range.
 SELECT metric_name,
