@@ -9,6 +9,7 @@ written with BPF_RB_NO_WAKEUP, so nothing wakes us per event), flushes points at
 
 from __future__ import annotations
 
+import contextlib
 import ctypes as ct
 import logging
 import os
@@ -126,6 +127,7 @@ class Agent:
         for pid in s.pids:
             self.bpf["targets"][ct.c_uint32(pid)] = ct.c_uint8(1)
         self.rescan()
+        release_compiler_memory(self.bpf)
         if s.ready_file:
             tmp = f"{s.ready_file}.tmp"
             with open(tmp, "w") as f:
@@ -238,6 +240,13 @@ class Agent:
             self.nvml.close()
         if self.bpf is not None:
             self.bpf.cleanup()
+
+
+def release_compiler_memory(bpf: Any) -> None:
+    """Give back what compiling the program left on the heap (~25 MiB of ~135 MiB RSS)."""
+    bpf.free_bcc_memory()
+    with contextlib.suppress(OSError, AttributeError):
+        ct.CDLL("libc.so.6").malloc_trim(0)
 
 
 def run(s: Settings, stop: threading.Event) -> int:
