@@ -4,8 +4,7 @@ Shaped like bcc's tools: :func:`program_text` returns the C program (``rankecho 
 it), :func:`cflags` turns settings into ``-D`` knobs, :func:`load` compiles, and :func:`attach_library`
 puts uprobes on one library file (once per file: a probe on a path fires in every process that maps
 that inode). Functions that begin with ``endbr64`` are probed four bytes in, which keeps the argument
-registers and stack intact and avoids single-stepping the first instruction (~11 us per hit); the
-entry-only ``cudaLaunchKernel`` probe also steps over a leading ``sub $n, %rsp``.
+registers and stack intact and avoids single-stepping the first instruction (~11 us per hit).
 
 Usage::
 
@@ -26,8 +25,6 @@ BPF_DIR = Path(__file__).parent / "bpf"
 PROGRAM_FILE = BPF_DIR / "agent.bpf.c"
 HEADER_FILE = BPF_DIR / "agent.h"
 ENDBR64 = b"\xf3\x0f\x1e\xfa"
-SUB_RSP_IMM8 = b"\x48\x83\xec"
-SUB_RSP_IMM32 = b"\x48\x81\xec"
 
 log = logging.getLogger("rankecho.agent")
 
@@ -115,7 +112,7 @@ class Attached:
     symbol: str
     offset: int
     skipped: int
-    """Prologue bytes stepped over (endbr64 = 4, plus a stack adjustment for entry-only probes)."""
+    """Prologue bytes stepped over: 4 past endbr64, else 0."""
 
 
 def symbol_offset(path: str, symbol: str) -> tuple[int, int] | None:
@@ -138,23 +135,12 @@ def starts_with(path: str, offset: int, prefix: bytes) -> bool:
         return f.read(len(prefix)) == prefix
 
 
-def prologue_skip(path: str, offset: int, entry_only: bool) -> int:
-    """Bytes to skip at a function's start so the probed instruction is not single-stepped.
-
-    ``endbr64`` changes nothing, so any probe may sit past it. ``sub $imm, %rsp`` moves the stack:
-    only entry-only probes that read no stack argument may sit past it (a return probe must find the
-    return address at the stack pointer)."""
-    with open(path, "rb") as f:
-        f.seek(offset)
-        head = f.read(11)
-    skip = 4 if head[:4] == ENDBR64 else 0
-    if entry_only:
-        rest = head[skip:]
-        if rest[:3] == SUB_RSP_IMM8:
-            skip += 4
-        elif rest[:3] == SUB_RSP_IMM32:
-            skip += 7
-    return skip
+def prologue_skip(path: str, offset: int) -> int:
+    """Bytes to skip at a function's start: 4 past ``endbr64``, which the kernel would single-step and
+    which changes neither registers nor stack (so arguments read the same and a return probe still
+    finds the return address at the stack pointer). Other first instructions stay probed in place:
+    moving past one that adjusts the stack would misplace both."""
+    return 4 if starts_with(path, offset, ENDBR64) else 0
 
 
 def attach_library(bpf: Any, path: str, lib: str) -> list[Attached]:
@@ -169,7 +155,7 @@ def attach_library(bpf: Any, path: str, lib: str) -> list[Attached]:
             continue
         offset, vaddr = where
         # A return probe is planted at entry too, so both move past endbr64 together.
-        skip = prologue_skip(path, offset, entry_only=not probe.has_return)
+        skip = prologue_skip(path, offset)
         bpf.attach_uprobe(name=path, addr=vaddr + skip, fn_name=f"enter_{probe.symbol}")
         if probe.has_return:
             bpf.attach_uretprobe(name=path, addr=vaddr + skip, fn_name=f"return_{probe.symbol}")

@@ -139,8 +139,7 @@ class Agent:
             return
         done = probes.attach_library(self.bpf, lib.path, lib.kind)
         self.attached[lib.key] = lib
-        endbr = sum(a.skipped >= 4 and probes.starts_with(lib.path, a.offset - a.skipped, probes.ENDBR64)
-                    for a in done)
+        endbr = sum(a.skipped > 0 for a in done)
         log.info("attached %d probes to %s (%d past endbr64)", len(done), lib.path, endbr)
 
     def rescan(self) -> None:
