@@ -13,7 +13,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 
 from echo.ingest import keys as c
 from echo.ingest.rows import AttrResolver, RowBatch, content_id
-from echo.ingest.values import pairs, to_python, walk
+from echo.ingest.values import point_pairs, to_python, walk
 
 SIGNAL = "log"
 MAX_NAME_CHARS = 200
@@ -50,8 +50,7 @@ def decode_logs(req: ExportLogsServiceRequest, resolver: AttrResolver, batch: Ro
         if not batch.check_timestamp(ts, "log record"):
             continue
         name, vd, vi, extra = _log_fields(record)
-        resolved, event_id = resolver.resolve(
-            origin.resource_key, origin.resource, pairs(record.attributes) + extra
-        )
+        point, event_id = point_pairs(record.attributes)
+        resolved = resolver.resolve(origin.resource_key, origin.resource, point + extra)
         event_id = event_id or content_id(origin.prefix, record.SerializeToString())
         batch.add(resolved, event_id, ts, SIGNAL, name, vd, vi)

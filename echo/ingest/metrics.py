@@ -15,7 +15,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 
 from echo.ingest import keys as c
 from echo.ingest.rows import MIN_TIMESTAMP_NS, AttrResolver, RowBatch, content_id
-from echo.ingest.values import Scoped, nonfinite_name, pairs, walk
+from echo.ingest.values import Scoped, nonfinite_name, point_pairs, walk
 
 SIGNAL = "metric"
 
@@ -74,7 +74,7 @@ def _decode_numbers(
         if ts < lowest or ts > highest:
             batch.check_timestamp(ts, f"metric {name!r} point")
             continue
-        point = pairs(dp.attributes)
+        point, event_id = point_pairs(dp.attributes)
         if kind_attr:
             point += kind_attr
         if dp.WhichOneof("value") == "as_int":
@@ -85,7 +85,7 @@ def _decode_numbers(
                 point.append((c.NONFINITE_VALUE, nonfinite_name(vd)))
                 batch.stored_with_fix["nonfinite_value"] += 1
                 vd = None
-        resolved, event_id = resolve(resource_key, resource, point)
+        resolved = resolve(resource_key, resource, point)
         add(resolved, event_id or content_id(prefix, dp.SerializeToString()), ts, SIGNAL, name, vd, vi)
 
 
@@ -99,7 +99,6 @@ def _decode_summarised(
             continue
         extra: list[tuple[str, Any]] = [(c.METRIC_KIND, kind)]
         vd, vi = _summarised_value(kind, dp, extra)
-        resolved, event_id = resolver.resolve(
-            origin.resource_key, origin.resource, pairs(dp.attributes) + extra
-        )
+        point, event_id = point_pairs(dp.attributes)
+        resolved = resolver.resolve(origin.resource_key, origin.resource, point + extra)
         batch.add(resolved, event_id or content_id(prefix, dp.SerializeToString()), ts, SIGNAL, name, vd, vi)

@@ -95,21 +95,8 @@ class AttrResolver:
         self.max_attributes = max_attributes
         self._cache: dict[tuple[bytes, Any, Any], Resolved] = {}
 
-    def resolve(self, resource_key: bytes, resource: Pairs, point: Pairs) -> tuple[Resolved, str | None]:
-        """(columns + attrs_json, the point's ``rankecho.event_id`` or None).
-
-        The event id is taken out before the cache lookup: it is unique per point and never stored
-        in attrs_json, so leaving it in the key would make every lookup a miss.
-        """
-        event_id = None
-        for i, (key, value) in enumerate(point):
-            if key == c.EVENT_ID:
-                event_id = str(value)
-                point = [*point[:i], *point[i + 1 :]]
-                break
-        return self._lookup(resource_key, resource, point), event_id
-
-    def _lookup(self, resource_key: bytes, resource: Pairs, point: Pairs) -> Resolved:
+    def resolve(self, resource_key: bytes, resource: Pairs, point: Pairs) -> Resolved:
+        """Columns + attrs_json for ``point`` (without its event id: see ``values.point_pairs``)."""
         try:
             # Python says True == 1 == 1.0 (and hashes them alike): the value types are part of the key,
             # so a point sending 1 never reuses the JSON of one that sent true.

@@ -12,7 +12,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from echo.ingest import keys as c
 from echo.ingest.rows import AttrResolver, RowBatch, content_id
-from echo.ingest.values import pairs, walk
+from echo.ingest.values import point_pairs, walk
 
 SIGNAL = "span"
 
@@ -39,7 +39,7 @@ def decode_traces(req: ExportTraceServiceRequest, resolver: AttrResolver, batch:
             continue
         end = span.end_time_unix_nano
         duration_ms = (end - start) / 1e6 if end >= start else None
-        point = pairs(span.attributes) + _span_extra(span)
-        resolved, event_id = resolver.resolve(origin.resource_key, origin.resource, point)
+        point, event_id = point_pairs(span.attributes)
+        resolved = resolver.resolve(origin.resource_key, origin.resource, point + _span_extra(span))
         event_id = event_id or content_id(origin.prefix, span.SerializeToString())
         batch.add(resolved, event_id, start, SIGNAL, span.name, duration_ms, None)
