@@ -44,11 +44,16 @@ ROUTES = {f"/v1/{name}": signal for name, signal in SIGNALS.items()}
 _STATUS = {INVALID: 400, TOO_LARGE: 413, UNSUPPORTED: 415, BUSY: 429, UNAVAILABLE: 503}
 _GRPC_CODE = {400: 3, 401: 16, 411: 3, 413: 8, 415: 3, 404: 5, 429: 8, 503: 14}
 
+MAX_CONNECTIONS = 256
+IDLE_TIMEOUT_S = 60.0
+"""Seconds an idle kept-alive connection may hold its thread."""
 OpsRoute = Callable[[], tuple[int, str, bytes]]
 """() -> (status, content type, body) for one GET path."""
 
 
 class _Server(ThreadingHTTPServer):
+    """One thread per connection, at most :data:`MAX_CONNECTIONS` at once (more are closed at once)."""
+
     daemon_threads = True
     allow_reuse_address = True
 
@@ -57,6 +62,20 @@ class _Server(ThreadingHTTPServer):
         self.ingest = ingest
         self.auth = auth
         self.ops = ops
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            log.warning("http: %d connections open, refusing %s", MAX_CONNECTIONS, client_address[0])
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that broke the connection (or the TLS handshake) costs one log line, not a traceback."""
@@ -65,6 +84,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    timeout = IDLE_TIMEOUT_S  # an idle kept-alive connection gives its thread back
     server: _Server
     body_pending = False
     """True from the start of a POST until its body has been read."""
