@@ -39,6 +39,7 @@ MIN_TIMESTAMP_NS = 946_684_800 * 10**9
 """2000-01-01: anything earlier is a zero, or seconds/milliseconds sent as nanoseconds."""
 _INT_COLUMNS = ("rank", "nranks")
 _CACHE_LIMIT = 20_000
+_CACHE_MAX_PAIRS = 64
 
 Pairs = Sequence[tuple[str, Any]]
 
@@ -97,6 +98,8 @@ class AttrResolver:
 
     def resolve(self, resource_key: bytes, resource: Pairs, point: Pairs) -> Resolved:
         """Columns + attrs_json for ``point`` (without its event id: see ``values.point_pairs``)."""
+        if len(point) > _CACHE_MAX_PAIRS:  # rare and large: caching it would only hold memory
+            return self._compute(resource, point)
         try:
             # Python says True == 1 == 1.0 (and hashes them alike): the value types are part of the key,
             # so a point sending 1 never reuses the JSON of one that sent true.
