@@ -15,8 +15,9 @@ from google.protobuf.duration_pb2 import Duration
 from google.rpc.error_details_pb2 import RetryInfo
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as ms
 
+from echo.retryinfo import RETRY_INFO_KEY, STATUS_DETAILS_KEY, retry_delay_from, retry_trailers
 from echo.stress.planting import StressPlan
-from echo.stress.retry import RETRY_INFO_KEY, RetryPolicy, retry_delay, server_retry_delay
+from echo.stress.retry import RetryPolicy, retry_delay
 from echo.stress.runner import StressConfig, run
 from echo.stress.senders import Target
 from shared import contract
@@ -49,17 +50,15 @@ def test_resource_exhausted_without_retry_info_is_final() -> None:
 
 
 def test_retry_info_is_read_from_either_trailer() -> None:
-    from google.protobuf.any_pb2 import Any
-    from google.rpc.status_pb2 import Status
-
-    info = RetryInfo(retry_delay=Duration(seconds=2, nanos=500_000_000))
-    assert server_retry_delay([(RETRY_INFO_KEY, info.SerializeToString())]) == 2.5
-    detail = Any()
-    detail.Pack(info)
-    status = Status(code=8, message="full", details=[detail]).SerializeToString()
-    assert server_retry_delay([("grpc-status-details-bin", status)]) == 2.5
-    assert server_retry_delay([(RETRY_INFO_KEY, b"\xff\xff")]) is None
-    assert server_retry_delay(None) is None
+    trailers = dict(retry_trailers(grpc.StatusCode.RESOURCE_EXHAUSTED, "full", 2.5))
+    assert set(trailers) == {RETRY_INFO_KEY, STATUS_DETAILS_KEY}  # what Echo sends: both
+    assert retry_delay_from(trailers.items()) == 2.5
+    for key in (RETRY_INFO_KEY, STATUS_DETAILS_KEY):
+        assert retry_delay_from([(key, trailers[key])]) == 2.5
+    assert retry_delay_from(retry_trailers(grpc.StatusCode.RESOURCE_EXHAUSTED, "full", 0.001)) == 0.001
+    assert retry_delay_from([(RETRY_INFO_KEY, b"\xff\xff")]) is None
+    assert retry_delay_from([("other", b"x"), (RETRY_INFO_KEY, "not bytes")]) is None
+    assert retry_delay_from(None) is None
 
 
 class ScriptedCollector:

@@ -1,8 +1,9 @@
 """OTLP/gRPC receiver: the Metrics, Trace and Logs ``Export`` RPCs as thin adapters over :class:`Ingest`.
 
 Requests arrive as raw bytes (no gRPC-side deserializer), so malformed protobuf is answered with
-INVALID_ARGUMENT and a reason instead of an opaque INTERNAL. "Queue full" is RESOURCE_EXHAUSTED with a
-``google.rpc.RetryInfo`` detail, which OTLP exporters honour.
+INVALID_ARGUMENT and a reason instead of an opaque INTERNAL. "Queue full" is RESOURCE_EXHAUSTED with Echo's
+delay as a ``google.rpc.RetryInfo`` in both trailers clients read (see :mod:`echo.retryinfo`); without
+the ``google.rpc.retryinfo-bin`` one the OpenTelemetry exporter would back off 1, 2, 4... s instead.
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ from concurrent import futures
 from typing import Any
 
 import grpc
-from google.protobuf import any_pb2, duration_pb2
-from google.rpc import error_details_pb2, status_pb2
 
 from echo.ingest.auth import UNAUTHENTICATED_MESSAGE, TokenCheck
 from echo.ingest.service import BUSY, INVALID, SIGNALS, TOO_LARGE, UNAVAILABLE, Ingest, IngestError, Signal
+from echo.retryinfo import retry_trailers
 from echo.settings import HostPort
 
 log = logging.getLogger(__name__)
@@ -34,14 +34,6 @@ _CODES = {
 }
 
 
-def _retry_trailer(code: grpc.StatusCode, message: str, seconds: float) -> tuple[str, bytes]:
-    delay = duration_pb2.Duration(seconds=int(seconds), nanos=int((seconds % 1) * 1e9))
-    detail = any_pb2.Any()
-    detail.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
-    status = status_pb2.Status(code=code.value[0], message=message, details=[detail])
-    return ("grpc-status-details-bin", status.SerializeToString())
-
-
 def _handler(ingest: Ingest, auth: TokenCheck, signal: Signal) -> Any:
     def export(body: bytes, context: grpc.ServicerContext) -> bytes:
         if auth.enabled:
@@ -55,7 +47,7 @@ def _handler(ingest: Ingest, auth: TokenCheck, signal: Signal) -> Any:
         except IngestError as exc:
             code = _CODES.get(exc.kind, grpc.StatusCode.INTERNAL)
             if exc.retry_after_s is not None:
-                context.set_trailing_metadata([_retry_trailer(code, str(exc), exc.retry_after_s)])
+                context.set_trailing_metadata(retry_trailers(code, str(exc), exc.retry_after_s))
             context.abort(code, str(exc))
         raise AssertionError("unreachable: context.abort raises")
 

@@ -220,4 +220,3 @@ class RowBatch:
             "attrs_json": [r.attrs_json for r in resolved],
         }
         return pa.table([pa.array(columns[f.name], f.type) for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
-

@@ -10,7 +10,6 @@ delay replaces the computed one. A batch is given up once the next wait would pa
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import grpc
@@ -26,8 +25,6 @@ RETRYABLE = frozenset(
         grpc.StatusCode.DATA_LOSS,
     }
 )
-RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
-STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 
 @dataclass(frozen=True)
@@ -63,27 +60,3 @@ def retry_delay(
     if elapsed_s + delay > policy.deadline_s:
         return None
     return delay
-
-
-def server_retry_delay(trailing_metadata: Iterable[tuple[str, str | bytes]] | None) -> float | None:
-    """The delay a server asked for, from ``google.rpc.retryinfo-bin`` or a RetryInfo inside
-    ``grpc-status-details-bin``; None when it gave none or it cannot be parsed."""
-    from google.rpc.error_details_pb2 import RetryInfo
-    from google.rpc.status_pb2 import Status
-
-    for key, value in trailing_metadata or ():
-        if not isinstance(value, bytes):
-            continue
-        try:
-            if key == RETRY_INFO_KEY:
-                info = RetryInfo.FromString(value)
-                return info.retry_delay.seconds + info.retry_delay.nanos / 1e9
-            if key == STATUS_DETAILS_KEY:
-                for detail in Status.FromString(value).details:
-                    if detail.Is(RetryInfo.DESCRIPTOR):
-                        info = RetryInfo()
-                        detail.Unpack(info)
-                        return info.retry_delay.seconds + info.retry_delay.nanos / 1e9
-        except Exception:  # a malformed hint must not stop the retry itself
-            return None
-    return None

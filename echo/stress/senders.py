@@ -14,9 +14,10 @@ from typing import Protocol
 
 import grpc
 
+from echo.retryinfo import retry_delay_from
 from echo.stress import encode
 from echo.stress.planting import StressEvent, StressPlan
-from echo.stress.retry import RETRYABLE, server_retry_delay
+from echo.stress.retry import RETRYABLE
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -104,9 +105,7 @@ class RawSender:
             code = err.code() if isinstance(err, grpc.Call) else None
             trailing = err.trailing_metadata() if isinstance(err, grpc.Call) else None
             details = err.details() if isinstance(err, grpc.Call) else str(err)
-            return Outcome(
-                False, code=code, server_delay_s=server_retry_delay(trailing), message=details or ""
-            )
+            return Outcome(False, code=code, server_delay_s=retry_delay_from(trailing), message=details or "")
         rejected = int(response.partial_success.rejected_data_points)
         return Outcome(True, rejected=rejected, message=response.partial_success.error_message)
 
