@@ -68,8 +68,14 @@ def open_store(db_path: Path, memory_limit: str | None = None) -> duckdb.DuckDBP
     # the cost is a longer WAL replay after a crash.
     con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
     seal(con, memory_limit)  # no files/URLs/extensions, settings locked, from here on
-    log.info("store %s at schema v%d", db_path, version)
+    log.info("store %s at schema v%d, memory_limit %s", db_path, version, duckdb_setting(con, "memory_limit"))
     return con
+
+
+def duckdb_setting(con: duckdb.DuckDBPyConnection, name: str) -> str:
+    """The instance's current value of a DuckDB setting, as DuckDB prints it (e.g. ``3.7 GiB``)."""
+    row = con.cursor().execute("SELECT current_setting(?)", [name]).fetchone()
+    return str(row[0]) if row else ""
 
 
 @dataclass
@@ -164,6 +170,12 @@ class Echo:
         if self._run is None:
             raise RuntimeError("Echo is not running: call start() first")
         return self._run.writer
+
+    def duckdb_setting(self, name: str) -> str:
+        """A setting of the store's DuckDB instance, read on the owner's (unguarded) connection."""
+        if self._run is None:
+            raise RuntimeError("Echo is not running: call start() first")
+        return duckdb_setting(self._run.con, name)
 
     @property
     def ready(self) -> bool:

@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from echo.mcp import cli as mcp_cli
+from echo.settings import DEFAULT_MEMORY_LIMIT
 from echo.stress import cli as stress_cli
 
 
@@ -69,6 +70,13 @@ def add_serve(subparsers: Any) -> None:
         default=500_000,
         metavar="N",
         help="decoded rows waiting for the writer before producers are told to retry",
+    )
+    p.add_argument(
+        "--duckdb-memory-limit",
+        default=DEFAULT_MEMORY_LIMIT,
+        metavar="SIZE",
+        help="DuckDB memory limit for the store, writer and queries together (e.g. 4GB, 512MiB; "
+        f"default {DEFAULT_MEMORY_LIMIT}; DuckDB's own default would be 80%% of RAM)",
     )
     p.set_defaults(handler=_serve)
 

@@ -9,12 +9,27 @@ Usage::
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 TOKEN_ENV = "RANKECHO_TOKEN"
+DEFAULT_MEMORY_LIMIT = "4GB"
+"""DuckDB's own default is 80% of the machine's RAM, far too much for a service sharing a node."""
+MIN_MEMORY_BYTES = 64 * 1024 * 1024
+_MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+_UNITS = {
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 class SettingsError(ValueError):
@@ -68,7 +83,8 @@ class Settings:
     """Attributes kept per event (resource + point); the rest are dropped and counted."""
     retry_after_s: float = 1.0
     grpc_workers: int = 32
-    duckdb_memory_limit: str | None = None
+    duckdb_memory_limit: str = DEFAULT_MEMORY_LIMIT
+    """DuckDB's ``memory_limit`` for the store instance (writer and readers together), e.g. ``4GB``."""
 
     def __post_init__(self) -> None:
         if self.token is None and not self.insecure_no_auth:
@@ -86,12 +102,27 @@ class Settings:
             raise SettingsError("--max-message-bytes must be at least 1024")
         if self.queue_rows < 1:
             raise SettingsError("--queue-rows must be at least 1")
+        memory_limit_bytes(self.duckdb_memory_limit, "--duckdb-memory-limit")
 
     def tls_pair(self) -> tuple[bytes, bytes] | None:
         """(certificate chain, private key) PEM bytes, or None without TLS."""
         if self.tls_cert is None or self.tls_key is None:
             return None
         return self.tls_cert.read_bytes(), self.tls_key.read_bytes()
+
+
+def memory_limit_bytes(text: str, flag: str) -> int:
+    """Bytes in a DuckDB memory size such as ``4GB`` or ``512MiB``; :class:`SettingsError` names ``flag``
+    when the text is not one or is below 64 MiB (too little for DuckDB to run a query)."""
+    match = _MEMORY.fullmatch(text.strip())
+    if match is None:
+        raise SettingsError(
+            f"{flag} {text!r} is not a memory size: use a number and a unit, e.g. 4GB or 512MiB"
+        )
+    size = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if size < MIN_MEMORY_BYTES:
+        raise SettingsError(f"{flag} {text!r} is too small for DuckDB: give at least 64MiB")
+    return size
 
 
 def read_token(token_file: str | None, env: Mapping[str, str]) -> str | None:
@@ -120,4 +151,5 @@ def settings_from_args(args: Any, env: Mapping[str, str] = os.environ) -> Settin
         tls_key=Path(args.tls_key) if args.tls_key else None,
         max_message_bytes=args.max_message_bytes,
         queue_rows=args.queue_rows,
+        duckdb_memory_limit=args.duckdb_memory_limit,
     )

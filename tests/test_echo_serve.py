@@ -40,6 +40,9 @@ def test_serve_prints_one_listening_line_and_drains_on_sigterm(echo_process: Ech
     assert listening["otlp_http"] and listening["otlp_http"].startswith("127.0.0.1:")
     grpc_export(echo_process.otlp_grpc, node_request("n1", 300), TEST_TOKEN)
     assert echo_process.stop() == 0
+    assert (
+        "memory_limit 3.7 GiB" in echo_process.log.read_text()
+    )  # --duckdb-memory-limit's default, in effect
     out = run_cli("query", "--db", str(echo_process.db), "--json", "SELECT count(*) AS n FROM events")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["rows"] == [[300]]

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import local_settings
 from echo_helpers import grpc_export, node_request
 
+from echo.app import Echo
 from echo.settings import HostPort, Settings, SettingsError, settings_from_args
 from echo.stress.server import EchoProcess
 from rankecho.cli import build_parser
@@ -22,7 +24,7 @@ def test_flags_reach_the_settings(tmp_path: Path) -> None:
     s = parse(
         "--db", str(tmp_path / "e.db"), "--otlp-grpc", ":0", "--otlp-http", "[::1]:4318", "--mcp-http", "",
         "--token-file", str(token_file), "--max-message-bytes", "2048", "--queue-rows", "7",
-        env={"RANKECHO_TOKEN": "from-env"},
+        "--duckdb-memory-limit", "512MiB", env={"RANKECHO_TOKEN": "from-env"},
     )  # fmt: skip
     assert (s.token, s.otlp_grpc, s.otlp_http, s.mcp_http) == (
         "from-file",
@@ -31,8 +33,10 @@ def test_flags_reach_the_settings(tmp_path: Path) -> None:
         None,
     )
     assert (s.max_message_bytes, s.queue_rows, s.insecure_no_auth) == (2048, 7, False)
+    assert s.duckdb_memory_limit == "512MiB"
     assert str(s.otlp_http) == "[::1]:4318"
-    assert parse("--db", "x.db", env={"RANKECHO_TOKEN": "from-env"}).token == "from-env"
+    defaults = parse("--db", "x.db", env={"RANKECHO_TOKEN": "from-env"})
+    assert (defaults.token, defaults.duckdb_memory_limit) == ("from-env", "4GB")
 
 
 @pytest.mark.parametrize(
@@ -45,6 +49,9 @@ def test_flags_reach_the_settings(tmp_path: Path) -> None:
         (("--otlp-grpc", "4317"), {"RANKECHO_TOKEN": "t"}, "HOST:PORT"),
         (("--tls-cert", "c.pem"), {"RANKECHO_TOKEN": "t"}, "--tls-key"),
         (("--queue-rows", "0"), {"RANKECHO_TOKEN": "t"}, "--queue-rows"),
+        (("--duckdb-memory-limit", "4"), {"RANKECHO_TOKEN": "t"}, "e.g. 4GB or 512MiB"),
+        (("--duckdb-memory-limit", "lots"), {"RANKECHO_TOKEN": "t"}, "--duckdb-memory-limit 'lots'"),
+        (("--duckdb-memory-limit", "10MB"), {"RANKECHO_TOKEN": "t"}, "at least 64MiB"),
     ],
 )
 def test_bad_configuration_names_the_fix(argv: tuple[str, ...], env: dict[str, str], message: str) -> None:
@@ -56,3 +63,16 @@ def test_insecure_no_auth_accepts_anyone_and_says_so(tmp_path: Path) -> None:
     with EchoProcess(tmp_path / "e.db", token=None) as echo:
         grpc_export(echo.otlp_grpc, node_request("n1", 3), token=None)
     assert "AUTHENTICATION IS OFF" in echo.log.read_text()
+
+
+@pytest.mark.parametrize(("limit", "shown"), [("512MiB", "512.0 MiB"), ("1.5 GiB", "1.5 GiB")])
+def test_duckdb_memory_limit_is_set_on_the_store(tmp_path: Path, limit: str, shown: str) -> None:
+    with Echo(local_settings(tmp_path / "e.db", duckdb_memory_limit=limit)) as echo:
+        assert echo.duckdb_setting("memory_limit") == shown  # the owner's connection, not the guarded reader
+        got = echo.reader.query("SELECT count(*) FROM events").rows  # queries still run under it
+        assert got == [(0,)]
+
+
+def test_in_process_echo_defaults_to_4gb_not_most_of_the_ram(tmp_path: Path) -> None:
+    with Echo(local_settings(tmp_path / "e.db")) as echo:
+        assert echo.duckdb_setting("memory_limit") == "3.7 GiB"
