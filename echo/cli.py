@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from echo.mcp import cli as mcp_cli
-from echo.settings import DEFAULT_MEMORY_LIMIT
+from echo.settings import DEFAULT_MEMORY_LIMIT, QUERY_MEMORY_LIMIT
 from echo.stress import cli as stress_cli
 
 
@@ -91,6 +91,12 @@ def add_query(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print {columns, rows, truncated} as JSON")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="stop the query after S seconds")
     p.add_argument("--max-rows", type=int, default=10_000, metavar="N", help="print at most N rows")
+    p.add_argument(
+        "--memory-limit",
+        default=QUERY_MEMORY_LIMIT,
+        metavar="SIZE",
+        help=f"DuckDB memory limit (default {QUERY_MEMORY_LIMIT})",
+    )
     p.add_argument("sql", help="one SELECT statement")
     p.set_defaults(handler=_query)
 

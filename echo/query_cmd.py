@@ -1,7 +1,13 @@
 """``rankecho query``: one read-only statement on a store file that no Echo holds.
 
-Uses the same :class:`echo.store.reader.Reader` (and statement check) as Echo's own read API.
-Exit codes: 0 ok, 1 query refused or failed, 3 store held by a running Echo.
+Uses the same :class:`echo.store.reader.Reader` (and statement check) as Echo's own read API, on a
+store opened read-only and sealed like ``rankecho mcp`` does (:func:`echo.guard.instance.open_sealed`):
+even a statement that slipped past the check can reach no file, URL or extension and change no setting.
+Exit codes: 0 ok, 1 query refused or failed (or a bad ``--memory-limit``), 3 store held by a running Echo.
+
+Usage::
+
+    result = run_query(Path("echo.db"), "SELECT count(*) FROM events", timeout_s=60, max_rows=10)
 """
 
 from __future__ import annotations
@@ -9,13 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
+from echo.guard.instance import open_sealed
+from echo.settings import SettingsError, memory_limit_bytes
 from echo.store.lock import is_locked, read_holder
-from echo.store.readcheck import ReadOnlyViolation
+from echo.store.readcheck import ReadOnlyViolation, check_read_only
 from echo.store.reader import QueryError, QueryResult, QueryTimeoutError, Reader
 
 
@@ -30,6 +39,23 @@ def format_table(result: QueryResult) -> str:
     if result.truncated:
         lines.append(f"... truncated by {result.truncated_by}")
     return "\n".join(lines)
+
+
+def run_query(
+    db: Path,
+    sql: str,
+    timeout_s: float,
+    max_rows: int,
+    memory_limit: str | None = None,
+    check: Callable[[str], str] = check_read_only,
+) -> QueryResult:
+    """Open ``db`` sealed, run one statement through ``check`` and the Reader, close. ``check`` is the
+    statement gate; tests pass one that lets everything through to show the sealed instance holds."""
+    con = open_sealed(db, memory_limit)
+    try:
+        return Reader(con, check=check).query(sql, timeout_s=timeout_s, max_rows=max_rows)
+    finally:
+        con.close()
 
 
 def main(args: argparse.Namespace) -> int:
@@ -47,17 +73,14 @@ def main(args: argparse.Namespace) -> int:
         )
         return 3
     try:
-        con = duckdb.connect(str(db), read_only=True)
+        memory_limit_bytes(args.memory_limit, "--memory-limit")
+        result = run_query(db, args.sql, args.timeout, args.max_rows, args.memory_limit)
+    except (ReadOnlyViolation, QueryError, QueryTimeoutError, SettingsError) as exc:
+        print(f"rankecho query: {exc}", file=sys.stderr)
+        return 1
     except duckdb.Error as exc:
         print(f"rankecho query: cannot open {db}: {exc}", file=sys.stderr)
         return 1
-    try:
-        result = Reader(con).query(args.sql, timeout_s=args.timeout, max_rows=args.max_rows)
-    except (ReadOnlyViolation, QueryError, QueryTimeoutError) as exc:
-        print(f"rankecho query: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        con.close()
     if args.json:
         rows = [[_jsonable(v) for v in row] for row in result.rows]
         print(json.dumps({"columns": result.columns, "rows": rows, "truncated": result.truncated}))

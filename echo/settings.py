@@ -18,6 +18,8 @@ from typing import Any
 TOKEN_ENV = "RANKECHO_TOKEN"
 DEFAULT_MEMORY_LIMIT = "4GB"
 """DuckDB's own default is 80% of the machine's RAM, far too much for a service sharing a node."""
+QUERY_MEMORY_LIMIT = "2GB"
+"""For the offline readers (``rankecho query``, ``rankecho mcp``), which run beside other work."""
 MIN_MEMORY_BYTES = 64 * 1024 * 1024
 _MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
 _UNITS = {

@@ -7,11 +7,13 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from echo_helpers import TEST_TOKEN, grpc_export, node_request
 
 from echo.app import Echo
+from echo.query_cmd import run_query
 from echo.store.readcheck import ReadOnlyViolation
 from echo.store.reader import QueryError, QueryTimeoutError, Reader
 
@@ -90,3 +92,29 @@ def test_query_cli_on_a_stopped_store(filled: Echo) -> None:
     assert table.stdout.splitlines() == ["n", "2000"]
     refused = subprocess.run([*cmd, "DELETE FROM events"], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 1 and "rankecho query:" in refused.stderr
+    bad = subprocess.run(
+        [*cmd, "--memory-limit", "4", "SELECT 1"], capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode == 1 and "--memory-limit '4'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def let_through(sql: str) -> str:
+    """A statement gate that allows everything: what the store must withstand if the guard had a hole."""
+    return sql
+
+
+def test_query_cmd_opens_the_store_sealed(filled: Echo, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n42\n")
+    db = filled.settings.db_path
+    filled.stop()
+    read_file = f"SELECT * FROM read_csv('{secret}')"
+    with pytest.raises(ReadOnlyViolation):
+        run_query(db, read_file, timeout_s=5, max_rows=10)  # the guard refuses first
+    with pytest.raises(QueryError, match="file system operations are disabled"):
+        run_query(db, read_file, timeout_s=5, max_rows=10, check=let_through)
+    with pytest.raises(QueryError, match="configuration has been locked"):
+        run_query(db, "SET enable_external_access = true", timeout_s=5, max_rows=10, check=let_through)
+    limit = "SELECT current_setting('memory_limit')"
+    assert run_query(db, limit, 5, 10, "256MiB", check=let_through).rows == [("256.0 MiB",)]
+    assert run_query(db, "SELECT count(*) FROM events", timeout_s=5, max_rows=10).rows == [(2000,)]

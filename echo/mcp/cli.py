@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from echo.settings import QUERY_MEMORY_LIMIT
+
 DEFAULT_TIMEOUT_S = 10.0
 
 
@@ -26,7 +28,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--db", required=True, metavar="PATH", help="the store file (Echo's --db)")
     p.add_argument("--gpu-rates", metavar="FILE", help="GPU rates YAML (default: the bundled gpu_rates.yaml)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per query (default 10)")
-    p.add_argument("--memory-limit", default="2GB", help="DuckDB memory limit (default 2GB)")
+    p.add_argument(
+        "--memory-limit",
+        default=QUERY_MEMORY_LIMIT,
+        help=f"DuckDB memory limit (default {QUERY_MEMORY_LIMIT})",
+    )
     p.set_defaults(handler=main)
 
 
@@ -37,6 +43,7 @@ def main(args: argparse.Namespace) -> int:
     from echo.mcp.rates import RatesError, load_rates
     from echo.mcp.server import build_server
     from echo.mcp.tools import Investigation, Limits
+    from echo.settings import SettingsError, memory_limit_bytes
     from echo.store.lock import is_locked, read_holder
     from echo.store.reader import Reader
 
@@ -49,9 +56,10 @@ def main(args: argparse.Namespace) -> int:
         )
         return 3
     try:
+        memory_limit_bytes(args.memory_limit, "--memory-limit")
         rates = load_rates(Path(args.gpu_rates) if args.gpu_rates else None)
         con = open_sealed(db, args.memory_limit)
-    except (RatesError, FileNotFoundError) as exc:
+    except (RatesError, FileNotFoundError, SettingsError) as exc:
         print(f"rankecho mcp: {exc}", file=sys.stderr)
         return 1
     except duckdb.Error as exc:
