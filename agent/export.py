@@ -1,6 +1,7 @@
 """OTLP/gRPC export to Echo: batching into requests, gzip, bearer token, TLS, retry with backoff, spool.
 
-Requests are built with :func:`shared.otlp.metrics_request` rather than through the OTel SDK exporter,
+Requests are encoded by :mod:`agent.wire` (the bytes :func:`shared.otlp.metrics_request` would give,
+built directly) rather than through the OTel SDK exporter,
 because the spool must hold the exact encoded bytes (a replay is byte-identical, so Echo's dedup by
 event id holds) and because the retry decision has to hand a batch to the spool instead of blocking
 the agent. The wire format, headers and compression are the ones ``OTLPMetricExporter`` uses.
@@ -26,13 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-    ExportMetricsServiceRequest,
-    ExportMetricsServiceResponse,
-)
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 
 from agent.spool import Spool
-from shared.otlp import AttrValue, Point, metrics_request
+from agent.wire import encode_request
+from shared.otlp import AttrValue, Point
 
 log = logging.getLogger("rankecho.agent")
 EXPORT_METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
@@ -66,11 +65,8 @@ def encode_batch(resources: Mapping[Key, Mapping[str, AttrValue]], items: Iterab
     grouped: dict[Key, list[Point]] = defaultdict(list)
     for key, point in items:
         grouped[key].append(point)
-    req = ExportMetricsServiceRequest()
-    for key, points in grouped.items():
-        resource = {**base, **resources.get(key, {})}
-        req.resource_metrics.extend(metrics_request(resource, points).resource_metrics)
-    return Encoded(req.SerializeToString(), sum(len(p) for p in grouped.values()))
+    groups = [({**base, **resources.get(key, {})}, points) for key, points in grouped.items()]
+    return Encoded(encode_request(groups), sum(len(p) for p in grouped.values()))
 
 
 @dataclass(frozen=True)

@@ -133,11 +133,8 @@ def thread_name(proc_root: str, pid: int, tid: int) -> str:
 
 def short_hash(*parts: object) -> str:
     """16 hex chars of BLAKE2b over the parts; stable across processes, hosts and runs."""
-    h = hashlib.blake2b(digest_size=8)
-    for part in parts:
-        h.update(part if isinstance(part, bytes) else str(part).encode())
-        h.update(b"\x1f")
-    return h.hexdigest()
+    data = b"\x1f".join([p if isinstance(p, bytes) else str(p).encode() for p in parts])
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
 def unique_id_hash(unique_id: bytes) -> str:

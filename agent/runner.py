@@ -1,7 +1,7 @@
 """The agent's main loop: load BPF, attach, consume the ring buffer, batch, export, shut down cleanly.
 
 ``run(settings, stop)`` returns 0 after ``stop`` is set (SIGTERM in the CLI) once everything it saw has
-been handed to Echo or to the spool. The loop wakes every 10 ms to drain the ring buffer (records are
+been handed to Echo or to the spool. The loop wakes every 50 ms to drain the ring buffer (records are
 written with BPF_RB_NO_WAKEUP, so nothing wakes us per event), flushes points at least every
 ``flush_interval_s``, reads kernel-launch counters once per ``window_s`` and re-scans /proc every
 ``scan_interval_s`` for new jobs and libraries loaded by dlopen.
@@ -31,7 +31,7 @@ from shared import contract as c
 from shared.otlp import AttrValue, Point
 
 log = logging.getLogger("rankecho.agent")
-POLL_S = 0.01
+POLL_S = 0.05
 MAX_BATCH = 5000
 CLOCK_RESAMPLE_S = 10.0
 DROPS_EVERY_S = 10.0
