@@ -53,6 +53,12 @@ def add_serve(subparsers: Any) -> None:
         "--token-file", metavar="FILE", help="file holding the bearer token (else env RANKECHO_TOKEN)"
     )
     p.add_argument(
+        "--mcp-token-file",
+        metavar="FILE",
+        help="file holding a separate bearer token for MCP over HTTP (else env RANKECHO_MCP_TOKEN; "
+        "default: the OTLP token)",
+    )
+    p.add_argument(
         "--insecure-no-auth", action="store_true", help="accept producers without a token (logged loudly)"
     )
     p.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain for both OTLP listeners")
@@ -70,6 +76,12 @@ def add_serve(subparsers: Any) -> None:
         default=500_000,
         metavar="N",
         help="decoded rows waiting for the writer before producers are told to retry",
+    )
+    p.add_argument(
+        "--gpu-rates",
+        metavar="FILE",
+        help="GPU rates YAML for fleet.cluster.get_cost (else env RANKECHO_GPU_RATES; default: the bundled "
+        "echo/mcp/gpu_rates.yaml)",
     )
     p.add_argument(
         "--duckdb-memory-limit",

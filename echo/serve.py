@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import threading
-from pathlib import Path
 
 from echo.app import Echo, Service
 from echo.settings import Settings, SettingsError, settings_from_args
@@ -19,7 +17,6 @@ from echo.store.lock import StoreLockedError
 
 log = logging.getLogger("echo")
 GIL_SWITCH_INTERVAL_S = 0.0005
-GPU_RATES_ENV = "RANKECHO_GPU_RATES"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -59,12 +56,11 @@ def main(args: argparse.Namespace) -> int:
 def _services(settings: Settings) -> list[Service]:
     """Front ends beside the receivers: MCP over streamable HTTP unless ``--mcp-http`` is empty.
 
-    GPU rates for ``fleet.cluster.get_cost`` come from ``$RANKECHO_GPU_RATES`` (a YAML file like
-    ``echo/mcp/gpu_rates.yaml``), else the bundled file; a bad file stops startup with the reason.
+    GPU rates for ``fleet.cluster.get_cost`` come from ``--gpu-rates`` / ``$RANKECHO_GPU_RATES`` (a YAML
+    file like ``echo/mcp/gpu_rates.yaml``), else the bundled file; a bad file stops startup with the reason.
     """
     if settings.mcp_http is None:
         return []
     from echo.mcp.http import McpHttpService
 
-    rates = os.environ.get(GPU_RATES_ENV)
-    return [McpHttpService(settings.mcp_http, Path(rates) if rates else None)]
+    return [McpHttpService(settings.mcp_http, settings.gpu_rates)]

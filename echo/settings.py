@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 TOKEN_ENV = "RANKECHO_TOKEN"
+MCP_TOKEN_ENV = "RANKECHO_MCP_TOKEN"
+GPU_RATES_ENV = "RANKECHO_GPU_RATES"
 DEFAULT_MEMORY_LIMIT = "4GB"
 """DuckDB's own default is 80% of the machine's RAM, far too much for a service sharing a node."""
 QUERY_MEMORY_LIMIT = "2GB"
@@ -87,6 +89,11 @@ class Settings:
     grpc_workers: int = 32
     duckdb_memory_limit: str = DEFAULT_MEMORY_LIMIT
     """DuckDB's ``memory_limit`` for the store instance (writer and readers together), e.g. ``4GB``."""
+    mcp_token: str | None = None
+    """A separate bearer token for MCP over HTTP (AI agents), so they need not hold the producers'
+    token; None: MCP takes ``token``. Set, it is required even with ``insecure_no_auth``."""
+    gpu_rates: Path | None = None
+    """GPU rates YAML for ``fleet.cluster.get_cost``; None: the bundled ``echo/mcp/gpu_rates.yaml``."""
 
     def __post_init__(self) -> None:
         if self.token is None and not self.insecure_no_auth:
@@ -98,6 +105,10 @@ class Settings:
             raise SettingsError(
                 "the bearer token is empty: put a non-empty token in RANKECHO_TOKEN or --token-file"
             )
+        if self.mcp_token is not None and not self.mcp_token.strip():
+            raise SettingsError(
+                "the MCP token is empty: put a non-empty token in RANKECHO_MCP_TOKEN or --mcp-token-file"
+            )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise SettingsError("TLS needs both --tls-cert and --tls-key")
         if self.max_message_bytes < 1024:
@@ -105,6 +116,11 @@ class Settings:
         if self.queue_rows < 1:
             raise SettingsError("--queue-rows must be at least 1")
         memory_limit_bytes(self.duckdb_memory_limit, "--duckdb-memory-limit")
+
+    @property
+    def mcp_bearer(self) -> str | None:
+        """The token MCP over HTTP requires: ``mcp_token`` when set, else the OTLP ``token``."""
+        return self.mcp_token if self.mcp_token is not None else self.token
 
     def tls_pair(self) -> tuple[bytes, bytes] | None:
         """(certificate chain, private key) PEM bytes, or None without TLS."""
@@ -127,14 +143,22 @@ def memory_limit_bytes(text: str, flag: str) -> int:
     return size
 
 
-def read_token(token_file: str | None, env: Mapping[str, str]) -> str | None:
-    """The token from ``--token-file`` (stripped) if given, else from ``RANKECHO_TOKEN``."""
+def read_token(
+    token_file: str | None, env: Mapping[str, str], env_name: str = TOKEN_ENV, flag: str = "--token-file"
+) -> str | None:
+    """The token from ``token_file`` (given as ``flag``; stripped) if given, else from ``$env_name``."""
     if token_file:
         try:
             return Path(token_file).read_text(encoding="utf-8").strip()
         except OSError as exc:
-            raise SettingsError(f"cannot read --token-file {token_file}: {exc.strerror}") from exc
-    return env.get(TOKEN_ENV) or None
+            raise SettingsError(f"cannot read {flag} {token_file}: {exc.strerror}") from exc
+    return env.get(env_name) or None
+
+
+def gpu_rates_path(flag: str | None, env: Mapping[str, str]) -> Path | None:
+    """``--gpu-rates`` if given, else ``$RANKECHO_GPU_RATES``, else None (the bundled rates)."""
+    chosen = flag or env.get(GPU_RATES_ENV)
+    return Path(chosen) if chosen else None
 
 
 def settings_from_args(args: Any, env: Mapping[str, str] = os.environ) -> Settings:
@@ -154,4 +178,6 @@ def settings_from_args(args: Any, env: Mapping[str, str] = os.environ) -> Settin
         max_message_bytes=args.max_message_bytes,
         queue_rows=args.queue_rows,
         duckdb_memory_limit=args.duckdb_memory_limit,
+        mcp_token=read_token(args.mcp_token_file, env, MCP_TOKEN_ENV, "--mcp-token-file"),
+        gpu_rates=gpu_rates_path(args.gpu_rates, env),
     )

@@ -37,6 +37,19 @@ def test_flags_reach_the_settings(tmp_path: Path) -> None:
     assert str(s.otlp_http) == "[::1]:4318"
     defaults = parse("--db", "x.db", env={"RANKECHO_TOKEN": "from-env"})
     assert (defaults.token, defaults.duckdb_memory_limit) == ("from-env", "4GB")
+    assert (defaults.mcp_token, defaults.mcp_bearer, defaults.gpu_rates) == (None, "from-env", None)
+
+
+def test_mcp_token_and_gpu_rates_flags_beat_the_environment(tmp_path: Path) -> None:
+    mcp_token = tmp_path / "mcp.token"
+    mcp_token.write_text("mcp-from-file\n")
+    env = {"RANKECHO_TOKEN": "otlp", "RANKECHO_MCP_TOKEN": "mcp-from-env", "RANKECHO_GPU_RATES": "env.yaml"}
+    flags = parse("--db", "x.db", "--mcp-token-file", str(mcp_token), "--gpu-rates", "flag.yaml", env=env)
+    assert (flags.token, flags.mcp_bearer, flags.gpu_rates) == ("otlp", "mcp-from-file", Path("flag.yaml"))
+    from_env = parse("--db", "x.db", env=env)
+    assert (from_env.mcp_bearer, from_env.gpu_rates) == ("mcp-from-env", Path("env.yaml"))
+    no_auth = parse("--db", "x.db", "--insecure-no-auth", "--mcp-token-file", str(mcp_token))
+    assert (no_auth.token, no_auth.mcp_bearer) == (None, "mcp-from-file")  # MCP stays closed
 
 
 @pytest.mark.parametrize(
@@ -49,6 +62,8 @@ def test_flags_reach_the_settings(tmp_path: Path) -> None:
         (("--otlp-grpc", "4317"), {"RANKECHO_TOKEN": "t"}, "HOST:PORT"),
         (("--tls-cert", "c.pem"), {"RANKECHO_TOKEN": "t"}, "--tls-key"),
         (("--queue-rows", "0"), {"RANKECHO_TOKEN": "t"}, "--queue-rows"),
+        (("--mcp-token-file", "/nonexistent/t"), {"RANKECHO_TOKEN": "t"}, "cannot read --mcp-token-file"),
+        ((), {"RANKECHO_TOKEN": "t", "RANKECHO_MCP_TOKEN": " "}, "MCP token is empty"),
         (("--duckdb-memory-limit", "4"), {"RANKECHO_TOKEN": "t"}, "e.g. 4GB or 512MiB"),
         (("--duckdb-memory-limit", "lots"), {"RANKECHO_TOKEN": "t"}, "--duckdb-memory-limit 'lots'"),
         (("--duckdb-memory-limit", "10MB"), {"RANKECHO_TOKEN": "t"}, "at least 64MiB"),

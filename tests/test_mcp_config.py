@@ -109,6 +109,9 @@ def test_mcp_cli_refuses_a_missing_store_and_a_bad_rates_file(tmp_path: Path) ->
     bad.write_text("nonsense: true\n")
     rates = _rankecho("mcp", "--db", str(tmp_path / "nope.db"), "--gpu-rates", str(bad))
     assert rates.returncode == 1 and "per_gpu_hour" in rates.stderr
+    env = {**os.environ, "RANKECHO_GPU_RATES": str(bad)}  # the fallback when --gpu-rates is not given
+    from_env = _rankecho("mcp", "--db", str(tmp_path / "nope.db"), env=env)
+    assert from_env.returncode == 1 and "per_gpu_hour" in from_env.stderr
 
 
 def test_serve_stops_on_a_bad_rates_file(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ Exit codes: 0 clean end of input, 1 bad file or settings, 3 store held by a runn
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,11 @@ def register(subparsers: Any) -> None:
         description="Serve the fleet.cluster.* MCP tools over stdio on a DuckDB store that no Echo holds.",
     )
     p.add_argument("--db", required=True, metavar="PATH", help="the store file (Echo's --db)")
-    p.add_argument("--gpu-rates", metavar="FILE", help="GPU rates YAML (default: the bundled gpu_rates.yaml)")
+    p.add_argument(
+        "--gpu-rates",
+        metavar="FILE",
+        help="GPU rates YAML (else env RANKECHO_GPU_RATES; default: the bundled gpu_rates.yaml)",
+    )
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per query (default 10)")
     p.add_argument(
         "--memory-limit",
@@ -43,7 +48,7 @@ def main(args: argparse.Namespace) -> int:
     from echo.mcp.rates import RatesError, load_rates
     from echo.mcp.server import build_server
     from echo.mcp.tools import Investigation, Limits
-    from echo.settings import SettingsError, memory_limit_bytes
+    from echo.settings import SettingsError, gpu_rates_path, memory_limit_bytes
     from echo.store.lock import is_locked, read_holder
     from echo.store.reader import Reader
 
@@ -57,7 +62,7 @@ def main(args: argparse.Namespace) -> int:
         return 3
     try:
         memory_limit_bytes(args.memory_limit, "--memory-limit")
-        rates = load_rates(Path(args.gpu_rates) if args.gpu_rates else None)
+        rates = load_rates(gpu_rates_path(args.gpu_rates, os.environ))
         con = open_sealed(db, args.memory_limit)
     except (RatesError, FileNotFoundError, SettingsError) as exc:
         print(f"rankecho mcp: {exc}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """MCP over streamable HTTP at ``/mcp``, as a :class:`echo.app.Service` that runs beside the receivers.
 
-It serves the same tools on the running Echo's reader (the store's own DuckDB instance), requires the
-Echo bearer token unless Echo runs with ``--insecure-no-auth``, and speaks HTTPS with Echo's
+It serves the same tools on the running Echo's reader (the store's own DuckDB instance), requires a
+bearer token (``--mcp-token-file``/``$RANKECHO_MCP_TOKEN`` when set, else Echo's OTLP token; none only
+with ``--insecure-no-auth`` and no MCP token), and speaks HTTPS with Echo's
 ``--tls-cert``/``--tls-key`` when they are set. uvicorn runs in a daemon thread on a
 socket bound before start, so port 0 works and the bound address is known at once.
 
@@ -42,7 +43,7 @@ class McpHttpService:
         self._thread: threading.Thread | None = None
 
     def start(self, echo: Echo) -> str | None:
-        token = echo.settings.token
+        token = echo.settings.mcp_bearer
         if token is None:
             log.warning("MCP over HTTP has NO AUTHENTICATION (--insecure-no-auth): anyone can query Echo")
         app = build_server(Investigation(echo.reader, self._rates), token=token).http_app(path=MCP_PATH)
@@ -83,4 +84,3 @@ def _bound_socket(bind: HostPort) -> socket.socket:
     sock.listen(128)
     sock.set_inheritable(True)
     return sock
-
