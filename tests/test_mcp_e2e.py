@@ -19,11 +19,12 @@ from typing import Any
 
 import httpx
 import pytest
-from echo_helpers import TEST_TOKEN
+from echo_helpers import TEST_TOKEN, self_signed
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from test_mcp_tools import TOOLS
 
 from echo.queries import seed_examples
 from echo.stress.harness import StressProcess
@@ -34,13 +35,6 @@ START_NS = 1_796_221_800_000_000_000  # 2026-12-02T14:30:00Z
 STEP_NS = 1_000_000  # the stress tool's default spacing: 1 ms
 EVENTS = 1000
 PLAN = StressPlan("demo-cluster", "node", producers=2, events_per_producer=EVENTS)
-TOOLS = {
-    "fleet.cluster.summary",
-    "fleet.cluster.event_history",
-    "fleet.cluster.find_outlier_nodes",
-    "fleet.cluster.run_analysis",
-    "fleet.cluster.get_cost",
-}
 SEED_QUERIES = {q.name: q.sql for q in seed_examples()}  # the fan-in proof's four, verbatim
 
 
@@ -226,8 +220,6 @@ def test_tools_over_stdio_after_echo_stops(echo: EchoProcess) -> None:
 
 
 def test_mcp_http_uses_echo_tls_certificate(tmp_path: Path) -> None:
-    from test_stress_tls import self_signed
-
     cert, key = self_signed(tmp_path)
     extra = ("--tls-cert", str(cert), "--tls-key", str(key))
     with EchoProcess(tmp_path / "tls.db", token=TEST_TOKEN, extra_args=extra) as running:
