@@ -3,6 +3,7 @@ that answers from a script: RESOURCE_EXHAUSTED with RetryInfo, UNAUTHENTICATED, 
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -139,11 +140,27 @@ def test_sdk_client_delivers_through_the_exporter_despite_backpressure(
     assert c.calls == 5 and set(c.auth) == {"Bearer t0k"}
 
 
+@pytest.fixture
+def exporter_filter_first() -> Iterator[None]:
+    """The OTel exporter's own DuplicateFilter in front of every other filter on its logger, as when the
+    exporter module was imported before the stress senders (the order a full test run produced)."""
+    from opentelemetry.exporter.otlp.proto.grpc import exporter
+    from opentelemetry.sdk._shared_internal import DuplicateFilter
+
+    logger = logging.getLogger(exporter.__name__)
+    before = list(logger.filters)
+    logger.filters.sort(key=lambda f: not isinstance(f, DuplicateFilter))
+    assert isinstance(logger.filters[0], DuplicateFilter)
+    yield
+    logger.filters[:] = before
+
+
 @pytest.mark.parametrize("client", ["raw", "sdk"])
 @pytest.mark.parametrize("collector", [[grpc.StatusCode.UNAUTHENTICATED] * 4], indirect=True)
 def test_unauthenticated_fails_without_retrying(
-    collector: tuple[ScriptedCollector, str], client: str
+    collector: tuple[ScriptedCollector, str], client: str, exporter_filter_first: None
 ) -> None:
+    """Two batches refused alike: the second refusal must be seen as final too (not resent)."""
     c, endpoint = collector
     plan = StressPlan("c", "n", producers=1, events_per_producer=4)
     result = run(StressConfig(plan, Target(endpoint, token="bad"), client=client, batch=2))

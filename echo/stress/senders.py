@@ -115,7 +115,12 @@ class RawSender:
 
 class _LastCode(logging.Filter):
     """Captures the status code the OTel exporter logs when it gives up (export() returns only
-    SUCCESS/FAILURE), per thread, and keeps the exporter's own retry chatter off stderr."""
+    SUCCESS/FAILURE), per thread, and keeps the exporter's own retry chatter off stderr.
+
+    It must be the logger's first filter: the exporter adds a ``DuplicateFilter`` that drops a record
+    identical to the previous one within 20 s, so a second batch refused for the same reason would
+    reach no later filter, its code would read as unknown, and a final refusal (UNAUTHENTICATED)
+    would be resent. :func:`_capture_exporter_codes` puts it first after the exporter is imported."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -128,8 +133,18 @@ class _LastCode(logging.Filter):
         return False
 
 
+EXPORTER_LOGGER = "opentelemetry.exporter.otlp.proto.grpc.exporter"
 _EXPORTER_LOG = _LastCode()
-logging.getLogger("opentelemetry.exporter.otlp.proto.grpc.exporter").addFilter(_EXPORTER_LOG)
+_FILTERS_LOCK = threading.Lock()
+
+
+def _capture_exporter_codes() -> None:
+    """Make :data:`_EXPORTER_LOG` the exporter logger's first filter (whatever was imported first)."""
+    logger = logging.getLogger(EXPORTER_LOGGER)
+    with _FILTERS_LOCK:
+        if logger.filters[:1] != [_EXPORTER_LOG]:
+            logger.removeFilter(_EXPORTER_LOG)
+            logger.filters.insert(0, _EXPORTER_LOG)
 
 
 class SdkSender:
@@ -139,6 +154,7 @@ class SdkSender:
     def __init__(self, target: Target, exporter_timeout_s: float = 5.0) -> None:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
+        _capture_exporter_codes()  # the import above may just have added the exporter's own filter
         self._exporter = OTLPMetricExporter(
             endpoint=target.endpoint,
             insecure=target.insecure,
