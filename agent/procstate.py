@@ -1,0 +1,67 @@
+"""Per-process state the tracker keeps: communicators, collectives awaiting a sync, step progress."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agent.events import CallRecord
+from agent.health import StepHealth
+from agent.identity import ProcessInfo
+from shared import contract as c
+from shared.otlp import AttrValue
+
+ProcKey = tuple[int, int]
+
+
+@dataclass
+class Comm:
+    """One communicator as seen by one rank."""
+
+    comm_id: str
+    rank: int | None
+    nranks: int | None
+    aligned: bool
+    parent_id: str | None = None
+    seq: int = 0
+    splits: int = 0
+    p2p: dict[tuple[int, int], int] = field(default_factory=dict)
+
+
+@dataclass
+class Pending:
+    """A collective that returned but whose work no sync has waited for yet."""
+
+    rec: CallRecord
+    chain: str
+    attrs: dict[str, AttrValue]
+    primary: bool
+
+
+@dataclass
+class Proc:
+    info: ProcessInfo
+    comms: dict[int, Comm] = field(default_factory=dict)
+    primary: Comm | None = None
+    unknown_comms: int = 0
+    rank: int | None = None
+    nranks: int | None = None
+    pending: list[Pending] = field(default_factory=list)
+    step_seq: int = 0
+    """Sequence number (on the primary comm) of the step in progress: last completed + 1."""
+    last_completion_ns: int | None = None
+    preempted_ns: int = 0
+    health: StepHealth = field(default_factory=StepHealth)
+    group_depth: dict[int, int] = field(default_factory=dict)
+    launches: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """tid -> (cumulative count, monotonic ns) at the last window."""
+    threads: dict[int, str] = field(default_factory=dict)
+    resource_stale: bool = True
+
+    @property
+    def key(self) -> ProcKey:
+        return self.info.key
+
+    def step_chain(self) -> str | None:
+        if self.primary is None:
+            return None
+        return c.causal_chain_id(self.primary.comm_id, self.step_seq)
