@@ -101,9 +101,14 @@ def render(cfg: ProbeConfig) -> str:
 
 def load(cfg: ProbeConfig) -> Any:
     """Compile the program and start its tracepoints (~1 s, ~100 MB peak RSS while compiling)."""
-    from bcc import BPF
+    try:
+        from bcc import BPF
 
-    return BPF(text=program_text(), cflags=cflags(cfg))
+        return BPF(text=program_text(), cflags=cflags(cfg))
+    except Exception as err:  # bcc raises bare Exceptions; name the fix instead
+        raise RuntimeError(
+            f"cannot compile or load the BPF program ({err}); `rankecho agent check` shows what is missing"
+        ) from err
 
 
 @dataclass(frozen=True)
