@@ -83,8 +83,8 @@ COLLECTIVES = frozenset(
 P2P = frozenset({FN.SEND, FN.RECV})
 SYNCS = frozenset({FN.STREAM_SYNC, FN.DEVICE_SYNC, FN.EVENT_SYNC})
 
-HEADER = struct.Struct("<QQQQQQIIHHI")
-"""struct rk_event: ts, ts2, a0, a1, a2, a3, pid, tid, kind, fn, extra (64 bytes)."""
+HEADER = struct.Struct("<QQQQQQIIHHIQ")
+"""struct rk_event: ts, ts2, a0, a1, a2, a3, pid, tid, kind, fn, extra, launches (72 bytes)."""
 PAYLOAD_SIZE = 128
 INIT_SIZE = HEADER.size + PAYLOAD_SIZE
 
@@ -103,6 +103,8 @@ class CallRecord:
     a2: int
     a3: int
     rc: int
+    launches: int = 0
+    """The thread's cumulative cudaLaunchKernel count when the call was entered."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +146,10 @@ def decode(raw: bytes) -> Record:
     """Decode one ring-buffer record; raises ValueError on a truncated or unknown record."""
     if len(raw) < HEADER.size:
         raise ValueError(f"record of {len(raw)} bytes is shorter than the {HEADER.size}-byte header")
-    ts, ts2, a0, a1, a2, a3, pid, tid, kind, fn, extra = HEADER.unpack_from(raw)
+    ts, ts2, a0, a1, a2, a3, pid, tid, kind, fn, extra, launches = HEADER.unpack_from(raw)
     if kind == KIND.CALL:
         rc = extra - (1 << 32) if extra >= 1 << 31 else extra
-        return CallRecord(pid, tid, _fn(fn), ts, ts2, a0, a1, a2, a3, rc)
+        return CallRecord(pid, tid, _fn(fn), ts, ts2, a0, a1, a2, a3, rc, launches)
     if kind == KIND.COMM_INIT:
         if len(raw) < INIT_SIZE:
             raise ValueError(f"comm-init record of {len(raw)} bytes, expected {INIT_SIZE}")

@@ -282,8 +282,10 @@ class Tracker:
                 attrs[c.REDUCE_OP] = REDUCE_OPS[op]
             attrs[c.SEQ] = comm.seq
             chain = c.causal_chain_id(comm.comm_id, comm.seq)
-            comm.seq += 1
             primary = comm is proc.primary
+            if primary and comm.seq == proc.step_seq:
+                self._launches(proc, rec.tid, rec.launches, rec.ts, chain)
+            comm.seq += 1
         proc.pending.append(Pending(rec, chain, attrs, primary))
 
     def _sync(self, proc: Proc, rec: CallRecord) -> None:
@@ -338,21 +340,27 @@ class Tracker:
         self._emit(proc, c.M_OFFCPU, rec.ts_out, (rec.ts_in - rec.ts_out) / 1e6, attrs, rec.tid)
 
     # --- periodic -------------------------------------------------------------------------------
+    def _launches(self, proc: Proc, tid: int, n: int, ts: int, chain: str | None = None) -> None:
+        """Launches of ``tid`` since its previous window, ending at ``ts`` (counts are cumulative)."""
+        last_n, last_ts = proc.launches.get(tid, (0, 0))
+        if n <= last_n:
+            return  # nothing new, or a snapshot older than the last window read
+        proc.launches[tid] = (n, ts)
+        attrs: dict[str, AttrValue] = {c.CUDA_CALL: SYMBOLS[FN.LAUNCH_KERNEL]}
+        if last_ts:
+            attrs[c.WINDOW_NS] = ts - last_ts
+        self._emit(proc, c.M_KERNEL_LAUNCHES, ts, n - last_n, attrs, tid, chain=chain)
+
     def launch_counts(self, counts: Mapping[int, tuple[int, int]], now_ns: int) -> None:
-        """Cumulative cudaLaunchKernel counts per thread (tid -> (pid, count)) read from BPF."""
+        """Cumulative cudaLaunchKernel counts per thread (tid -> (pid, count)) read from BPF. Windows
+        also end at the first collective of each step (from the count the record carries)."""
         for tid, (pid, n) in counts.items():
             proc = self.procs.get(pid) or self.exited.get(pid)
             if proc is None:
                 proc = self._proc(pid)
-            last_n, last_ts = proc.launches.get(tid, (0, 0))
-            delta = n - last_n if n >= last_n else n  # a smaller count: the map entry was recycled
-            proc.launches[tid] = (n, now_ns)
-            if delta <= 0:
-                continue
-            attrs: dict[str, AttrValue] = {c.CUDA_CALL: SYMBOLS[FN.LAUNCH_KERNEL]}
-            if last_ts:
-                attrs[c.WINDOW_NS] = now_ns - last_ts
-            self._emit(proc, c.M_KERNEL_LAUNCHES, now_ns, delta, attrs, tid)
+            if n < proc.launches.get(tid, (0, 0))[0]:
+                proc.launches[tid] = (0, proc.launches[tid][1])  # the map entry was recycled
+            self._launches(proc, tid, n, now_ns)
 
     def sweep(self, now_ns: int) -> list[int]:
         """Send collectives no sync waited for within the timeout; return pids safe to forget in BPF."""

@@ -86,10 +86,10 @@ def test_header_and_decoder_agree() -> None:
     assert c_fns == {f.name: f.value for f in FN}
     c_kinds = {m[0]: int(m[1]) for m in re.findall(r"KIND_(\w+) = (\d+)", header)}
     assert c_kinds == {k.name: k.value for k in KIND}
-    assert HEADER.size == 64 and INIT_SIZE == 192
-    raw = HEADER.pack(1, 2, 3, 4, 5, 6, 7, 8, KIND.CALL, FN.ALL_REDUCE, 0xFFFFFFFF)
+    assert HEADER.size == 72 and INIT_SIZE == 200
+    raw = HEADER.pack(1, 2, 3, 4, 5, 6, 7, 8, KIND.CALL, FN.ALL_REDUCE, 0xFFFFFFFF, 99)
     rec = decode(raw)
-    assert rec.fn == FN.ALL_REDUCE and rec.rc == -1  # type: ignore[union-attr]
+    assert rec.fn == FN.ALL_REDUCE and rec.rc == -1 and rec.launches == 99  # type: ignore[union-attr]
 
 
 def test_prologue_skip(tmp_path: Path) -> None:

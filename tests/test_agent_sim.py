@@ -147,5 +147,10 @@ def test_every_event_of_a_rank_carries_a_step_chain_id(job: dict[str, Any]) -> N
         assert found, metric
         for r in found:
             assert r["causal_chain_id"] in chains | after_last, (metric, r["causal_chain_id"])
+    # Each step's launches end at its first collective, stamped with that collective's enter time.
+    enters = {(r["rank"], r["causal_chain_id"]): r["timestamp_ns"] for r in colls}
+    per_step = [r for r in by_metric(job, c.M_KERNEL_LAUNCHES) if (r["rank"], r["causal_chain_id"]) in enters]
+    assert len(per_step) >= job["world"] * (STEPS - 1)
+    assert all(r["timestamp_ns"] == enters[(r["rank"], r["causal_chain_id"])] for r in per_step)
     launches = sum(r["value_int"] for r in by_metric(job, c.M_KERNEL_LAUNCHES))
     assert launches == job["world"] * STEPS * (9 + 1)  # 9 compute kernels + the optimizer kernel per step

@@ -205,3 +205,19 @@ def test_clock_offset_takes_the_narrowest_bracket_and_the_test_knob() -> None:
     real = ClockConverter()
     skewed = ClockConverter(extra_offset_ns=250 * MS)
     assert abs(skewed.to_unix(0) - real.to_unix(0) - 250 * MS) < MS
+
+
+def test_launch_windows_end_at_each_steps_first_collective() -> None:
+    r = Rank(0, 1)
+    r.init()
+    rec = CallRecord(r.pid, r.pid, FN.ALL_REDUCE, 10 * MS, 11 * MS, 0xC0, STREAM, 1, 7, 0, launches=30)
+    r.t.handle(rec)
+    r.t.launch_counts({r.pid: (r.pid, 30)}, 12 * MS)  # no launch since the collective: no point
+    r.t.launch_counts({r.pid: (r.pid, 42)}, 13 * MS)
+    r.t.launch_counts({r.pid: (r.pid, 5)}, 14 * MS)  # the map entry was recycled: counting restarts
+    launches = r.metric(c.M_KERNEL_LAUNCHES)
+    assert [p.value for p in launches] == [30, 12, 5]
+    coll_chain = c.causal_chain_id(r.metric(c.M_COMM_INIT)[0].attributes[c.COMM_ID], 0)
+    assert launches[0].attributes[c.CAUSAL_CHAIN_ID] == coll_chain
+    assert launches[0].timestamp_ns == r.t.clock.to_unix(10 * MS)
+    assert launches[1].attributes[c.WINDOW_NS] == 3 * MS

@@ -110,6 +110,9 @@ static __always_inline int begin_call(u16 fn, u64 a0, u64 a1, u64 a2, u64 a3)
     e.a1 = a1;
     e.a2 = a2;
     e.a3 = a3;
+    /* Snapshot of the thread's launch counter, so each step's launches can be told apart. */
+    struct launch_count *lc = launches.lookup(&e.tid);
+    e.launches = lc ? lc->n : 0;
     struct call_key k = {.tid = e.tid, .fn = fn};
     calls.update(&k, &e);
     in_flight.update(&e.tid, &fn);

@@ -40,7 +40,8 @@ enum rk_fn {
     FN_LAUNCH_KERNEL = 37,
 };
 
-/* 64 bytes. KIND_CALL: ts = enter, ts2 = return, a0..a3 per function (see agent/events.py).
+/* 72 bytes. KIND_CALL: ts = enter, ts2 = return, a0..a3 per function (see agent/events.py),
+ * launches = the calling thread's cumulative cudaLaunchKernel count at entry.
  * KIND_OFFCPU: ts = switch-out, ts2 = switch-in, a0 = wakeup ts (0 if preempted), extra = state
  * (1 sleeping, 0 preempted), fn = call in flight. KIND_EXIT: ts = exit time. */
 struct rk_event {
@@ -55,6 +56,7 @@ struct rk_event {
     __u16 kind;
     __u16 fn;
     __u32 extra; /* KIND_CALL: return value (int) */
+    __u64 launches;
 };
 
 #define RK_PAYLOAD 128
