@@ -44,6 +44,20 @@ def test_libraries_loaded_by_dlopen_after_the_agent_started(tmp_path: Path) -> N
     assert len({r["causal_chain_id"] for r in got}) == 4
 
 
+def test_pid_filter_traces_only_the_named_process(tmp_path: Path) -> None:
+    with inproc_echo(tmp_path / "echo.db") as echo:
+        job = SimJob(tmp_path, ["node-a"], 2, sim_built())
+        program = job.sim_root / "build" / "simrank-dlopen"
+        ranks = [job.start_rank(r, ["--steps", "4", "--dlopen-delay-ms", "4000"], program) for r in range(2)]
+        agent = job.start_agent("node-a", echo.grpc_address, TEST_TOKEN, "--pid", str(ranks[1].pid))
+        job.wait(ranks)
+        assert stop_all([agent]) == [0]
+        events = rows(echo, "SELECT * FROM events WHERE rank IS NOT NULL")
+    assert {attrs(r)[c.PROCESS_PID] for r in events} == {ranks[1].pid}
+    assert Counter(r["rank"] for r in collectives(events)) == {1: 4}
+    assert any(r["metric_name"] == c.M_OFFCPU for r in events)
+
+
 def test_job_started_after_the_agent_is_found_by_rescan(tmp_path: Path) -> None:
     """No --nccl-lib/--cuda-lib: the agent discovers the job's libraries in /proc/PID/maps."""
     with inproc_echo(tmp_path / "echo.db") as echo:
