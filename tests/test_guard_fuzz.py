@@ -199,7 +199,13 @@ def _run_if_allowed(sql: str, reader: Reader) -> None:
         reader.query(statement, timeout_s=2.0, max_rows=50)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=400,
+    deadline=None,
+    derandomize=True,  # CI must see the same examples every run; the strategies still cover the space
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(sql=st.one_of(plausible_select, token_soup, glued_soup, st.text(max_size=200)))
 def test_guard_never_crashes_and_only_passes_single_selects(
     sql: str, sealed: duckdb.DuckDBPyConnection
@@ -207,7 +213,7 @@ def test_guard_never_crashes_and_only_passes_single_selects(
     _run_if_allowed(sql, Reader(sealed))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
 @given(sql=wrapped_write)
 def test_no_write_form_is_ever_allowed(sql: str) -> None:
     with pytest.raises(Refused):
@@ -219,4 +225,4 @@ def test_store_unchanged_after_fuzzing(sealed: duckdb.DuckDBPyConnection) -> Non
     ALLOWED_SEEN.clear()
     test_guard_never_crashes_and_only_passes_single_selects(sealed=sealed)
     assert fingerprint(sealed) == before
-    assert len(ALLOWED_SEEN) >= 10, "the fuzzer should also reach the execution path"
+    assert len(set(ALLOWED_SEEN)) >= 10, "the fuzzer should also reach the execution path"
