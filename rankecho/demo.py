@@ -1,5 +1,7 @@
-"""The fan-in demo (``make demo``): two nodes push 1,000 events each into one Echo, then the four
-fan-in queries show that every event landed, every causal chain survived and the stragglers surface.
+"""The demo (``make demo``). Part 1, the fan-in proof: two nodes push 1,000 events each into one Echo,
+then the four fan-in queries show that every event landed, every causal chain survived and the
+stragglers surface. Part 2 (``rankecho.demo_straggler``, needs root for eBPF): a simulated job, real
+agents, and an MCP investigation that names the straggling rank, its period and its cause.
 
 Steps: start ``rankecho serve`` on a temporary DB with a bearer token; run two ``rankecho stress``
 invocations at once (``node-a100`` and ``node-h100`` in ``demo-cluster``, a chain marker every 25th
@@ -8,7 +10,7 @@ event, a straggler every 100th); stop Echo (SIGTERM drains and commits); run the
 
 Usage::
 
-    python -m rankecho.demo [--keep PATH]
+    python -m rankecho.demo [--part fanin|straggler|all] [--keep PATH]
 """
 
 from __future__ import annotations
@@ -124,15 +126,29 @@ def run_demo(workdir: Path, keep: Path | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from rankecho.demo_straggler import run_straggler_demo
+
     parser = argparse.ArgumentParser(prog="python -m rankecho.demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keep", type=Path, help="copy the final DB here (e.g. /tmp/echo-fanin-demo.db)")
+    parser.add_argument("--keep", type=Path, help="copy the fan-in DB here (e.g. /tmp/echo-fanin-demo.db)")
+    parser.add_argument(
+        "--part",
+        choices=("fanin", "straggler", "all"),
+        default="all",
+        help="fanin: the fan-in proof; straggler: sim + eBPF agents + MCP investigation (root); all: both",
+    )
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="rankecho-demo-") as tmp:
-        try:
-            return run_demo(Path(tmp), args.keep)
-        except Exception as err:  # the demo's last line must say what went wrong
-            print(f"\nVERDICT: FAIL: {type(err).__name__}: {err}", file=sys.stdout)
-            return 1
+    parts = {"fanin": ["fanin"], "straggler": ["straggler"], "all": ["fanin", "straggler"]}[args.part]
+    codes = []
+    for part in parts:
+        print(f"\n===== {'Fan-in proof' if part == 'fanin' else 'Straggler investigation'} =====\n")
+        with tempfile.TemporaryDirectory(prefix=f"rankecho-demo-{part}-") as tmp:
+            try:
+                code = run_demo(Path(tmp), args.keep) if part == "fanin" else run_straggler_demo(Path(tmp))
+            except Exception as err:  # the demo's last line must say what went wrong
+                print(f"\nVERDICT: FAIL: {type(err).__name__}: {err}", file=sys.stdout)
+                code = 1
+        codes.append(code)
+    return max(codes)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import duckdb
 def test_demo_passes_and_keeps_the_db_it_reports(tmp_path: Path) -> None:
     keep = tmp_path / "demo.db"
     done = subprocess.run(
-        [sys.executable, "-m", "rankecho.demo", "--keep", str(keep)],
+        [sys.executable, "-m", "rankecho.demo", "--part", "fanin", "--keep", str(keep)],
         capture_output=True,
         text=True,
         timeout=120,
