@@ -5,12 +5,13 @@ one is traced by that node's agent (its inode carries the uprobes), the other is
 alternate between them, so both see the same machine load. Needs root, bcc and ``make -C sim``;
 otherwise it prints why and returns ``{"skipped": reason}``.
 
-    python -m bench agent [--rounds 3] [--steps 30] [--frame-pointers]
+    python -m bench agent [--rounds 3] [--steps 30] [--omit-frame-pointers]
 
-``--frame-pointers`` rebuilds the fake libraries (in a temporary copy of sim/) with
-``-fno-omit-frame-pointer``, so functions begin with ``push %rbp`` as most distribution builds do:
-the kernel emulates that instruction, while the default build's ``sub $n,%rsp`` is single-stepped
-(~11 us per probe hit on a VM), which dominates the default numbers.
+The fake libraries are built with frame pointers, as distributions build theirs, so the hot
+functions begin with ``push %rbp``, which the kernel emulates when it hits a uprobe.
+``--omit-frame-pointers`` measures a temporary copy of sim/ built without them instead: those
+functions then begin with ``sub $n,%rsp``, which the kernel single-steps (~11-15 us per probe hit
+on a VM), and that cost dominates the numbers.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def skip_reason() -> str | None:
         import bcc  # noqa: F401
     except ImportError:
         return "needs the bcc python bindings (make install)"
-    if not (SIM / "build" / "simrank").exists() and subprocess.run(["make", "-s", "-C", str(SIM)]).returncode:
+    if subprocess.run(["make", "-s", "-C", str(SIM)]).returncode:  # incremental: rebuilds what is stale
         return "cannot build the simulator (make -C sim)"
     return None
 
@@ -116,11 +117,11 @@ def probe_cost(tmp: Path, pairs: dict[str, tuple[Path, Path]], calls: int, round
     return out
 
 
-def frame_pointer_sim(tmp: Path) -> Path:
-    """A copy of sim/ built with frame pointers (the tree's own build/ is left alone)."""
-    copy = tmp / "sim-fp"
+def no_frame_pointer_sim(tmp: Path) -> Path:
+    """A copy of sim/ built without frame pointers (the tree's own build/ is left alone)."""
+    copy = tmp / "sim-nofp"
     shutil.copytree(SIM, copy, ignore=shutil.ignore_patterns("build", "build-endbr", "__pycache__"))
-    subprocess.run(["make", "-s", "-C", str(copy), "CC=gcc -fno-omit-frame-pointer"], check=True)
+    subprocess.run(["make", "-s", "-C", str(copy), "FRAME_POINTERS="], check=True)
     return copy
 
 
@@ -129,8 +130,8 @@ def run(argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--calls", type=int, default=100_000)
-    parser.add_argument("--frame-pointers", action="store_true",
-                        help="measure libraries built with -fno-omit-frame-pointer")
+    parser.add_argument("--omit-frame-pointers", action="store_true",
+                        help="measure the libraries built without frame pointers (single-stepped probes)")
     args = parser.parse_args(argv)
     reason = skip_reason()
     if reason:
@@ -141,7 +142,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     sim_args = ["--steps", str(args.steps), "--compute-us", "30000", "--kernels", "60", "--buckets", "2"]
     with tempfile.TemporaryDirectory(prefix="rankecho-bench-agent-") as d:
         tmp = Path(d)
-        sim = frame_pointer_sim(tmp) if args.frame_pointers else SIM
+        sim = no_frame_pointer_sim(tmp) if args.omit_frame_pointers else SIM
         with EchoProcess(tmp / "echo.db", token=TOKEN) as echo:
             # node-b runs the endbr64 build of the libraries in both jobs.
             traced = SimJob(tmp / "traced", ["node-a", "node-b"], 4, sim, endbr_nodes=("node-b",))
@@ -172,7 +173,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     hz = os.sysconf("SC_CLK_TCK")
     cpu_pct = 100.0 * cpu_ticks_used / hz / traced_wall / len(agents)
     result = {
-        "libraries": "frame pointers" if args.frame_pointers else "sim default",
+        "libraries": "without frame pointers" if args.omit_frame_pointers else "with frame pointers",
         "step_ms_without_agent": without,
         "step_ms_with_agent": with_,
         "step_time_ratio": with_ / without,

@@ -123,15 +123,21 @@ def test_real_names_versions_and_sonames(libs: object) -> None:
         assert (SIM_ROOT / build / "libnccl.so").resolve() == nccl.resolve()
 
 
+# Called on every step: built with frame pointers, they begin with `push %rbp`, which the kernel's
+# uprobe code emulates (other first instructions are single-stepped at ~11 us per probe hit).
+HOT = ["ncclAllReduce", "ncclReduceScatter", "ncclCommInitRank", "ncclGroupStart", "ncclGroupEnd",
+       "cudaLaunchKernel", "cudaStreamSynchronize", "cudaMemcpyAsync", "cudaEventRecord"]
+
+
 @pytest.mark.parametrize(("build", "endbr"), [("build", False), ("build-endbr", True)])
-def test_prologues_with_and_without_endbr64(libs: object, build: str, endbr: bool) -> None:
+def test_prologues_with_and_without_endbr64_and_frame_pointers(libs: object, build: str, endbr: bool) -> None:
     code = (
         "import ctypes,sys; l=ctypes.CDLL(sys.argv[1]); "
-        "print(' '.join(ctypes.string_at(ctypes.cast(getattr(l, n), ctypes.c_void_p).value, 4).hex() "
+        "print(' '.join(ctypes.string_at(ctypes.cast(getattr(l, n), ctypes.c_void_p).value, 5).hex() "
         "for n in sys.argv[2:]))"
     )
     for lib, names in (
-        ("libnccl.so.2", ["ncclAllReduce", "ncclCommInitRank"]),
+        ("libnccl.so.2", NCCL_NAMES),
         ("libcudart.so.12", CUDA_NAMES),
     ):
         out = subprocess.run(
@@ -140,7 +146,12 @@ def test_prologues_with_and_without_endbr64(libs: object, build: str, endbr: boo
             text=True,
             check=True,
         ).stdout.split()
-        assert [h == "f30f1efa" for h in out] == [endbr] * len(names)
+        starts = dict(zip(names, out, strict=True))
+        assert [h.startswith("f30f1efa") for h in starts.values()] == [endbr] * len(names)
+        body = {n: h[8:] if endbr else h for n, h in starts.items()}
+        hot = {n: body[n][:2] for n in names if n in HOT}
+        assert len(hot) == (5 if lib == "libnccl.so.2" else 4)
+        assert hot == dict.fromkeys(hot, "55"), hot  # push %rbp
 
 
 def test_kernels_are_async_and_sync_blocks_until_the_gpu_is_done(
