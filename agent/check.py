@@ -90,6 +90,33 @@ def check_targets(proc_root: str = "/proc", nccl: tuple[str, ...] = (), cuda: tu
                  "--nccl-lib/--cuda-lib", required=False)
 
 
+def check_prologues(proc_root: str = "/proc", nccl: tuple[str, ...] = (),
+                    cuda: tuple[str, ...] = ()) -> Check:
+    """How many probe sites in the libraries found would be single-stepped (slow) on every call."""
+    name = "probe cost"
+    if importlib.util.find_spec("bcc") is None:
+        return Check(name, False, "not checked (needs the bcc bindings to read symbols)", required=False)
+    from agent.probes import probe_sites
+    from agent.prologue import STEP_COST, STEP_FIX
+
+    files = [(p, "nccl") for p in nccl] + [(p, "cuda") for p in cuda]
+    if not files:
+        libs, _ = discovery.scan(proc_root)
+        files = [(lib.path, lib.kind) for lib in libs.values()]
+    total, slow = 0, []
+    for path, kind in files:
+        if not os.path.exists(path):
+            continue
+        sites = probe_sites(path, kind)
+        total += len(sites)
+        slow += [f"{os.path.basename(path)}:{s.probe.symbol}" for s in sites if s.stepped]
+    plural = "library" if len(files) == 1 else "libraries"
+    detail = f"{len(slow)} of {total} probe sites in {len(files)} {plural} are single-stepped"
+    if slow:
+        detail += f" ({STEP_COST}): {', '.join(slow[:6])}{', ...' if len(slow) > 6 else ''}"
+    return Check(name, not slow, detail, STEP_FIX, required=False)
+
+
 def check_nvml() -> Check:
     try:
         import pynvml
@@ -113,6 +140,7 @@ def run_checks(nccl: tuple[str, ...] = (), cuda: tuple[str, ...] = (), proc_root
         check_bcc(),
         check_headers(modules_root),
         check_targets(proc_root, nccl, cuda),
+        check_prologues(proc_root, nccl, cuda),
         check_nvml(),
     ]
 

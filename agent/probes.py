@@ -4,7 +4,8 @@ Shaped like bcc's tools: :func:`program_text` returns the C program (``rankecho 
 it), :func:`cflags` turns settings into ``-D`` knobs, :func:`load` compiles, and :func:`attach_library`
 puts uprobes on one library file (once per file: a probe on a path fires in every process that maps
 that inode). Functions that begin with ``endbr64`` are probed four bytes in, which keeps the argument
-registers and stack intact and avoids single-stepping the first instruction (~11 us per hit).
+registers and stack intact; :mod:`agent.prologue` says which probed instructions the kernel must
+single-step (~11-15 us per hit), and the agent warns once per library when there are any.
 
 Usage::
 
@@ -20,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from agent.events import FN
+from agent.prologue import STEP_COST, STEP_FIX, classify, read_code
 
 BPF_DIR = Path(__file__).parent / "bpf"
 PROGRAM_FILE = BPF_DIR / "agent.bpf.c"
 HEADER_FILE = BPF_DIR / "agent.h"
-ENDBR64 = b"\xf3\x0f\x1e\xfa"
 
 log = logging.getLogger("rankecho.agent")
 
@@ -112,12 +113,19 @@ def load(cfg: ProbeConfig) -> Any:
 
 
 @dataclass(frozen=True)
-class Attached:
-    path: str
-    symbol: str
+class Site:
+    """Where one probe goes in one library file."""
+
+    probe: Probe
+    vaddr: int
     offset: int
-    skipped: int
+    """File offset of the probed instruction (past a leading endbr64)."""
+    skip: int
     """Prologue bytes stepped over: 4 past endbr64, else 0."""
+    stepped: bool
+    """The kernel single-steps the probed instruction on every hit (slow)."""
+    first: str
+    """The probed instruction, for messages."""
 
 
 def symbol_offset(path: str, symbol: str) -> tuple[int, int] | None:
@@ -134,23 +142,9 @@ def symbol_offset(path: str, symbol: str) -> tuple[int, int] | None:
     return int(offset), int(matches[0][1])
 
 
-def starts_with(path: str, offset: int, prefix: bytes) -> bool:
-    with open(path, "rb") as f:
-        f.seek(offset)
-        return f.read(len(prefix)) == prefix
-
-
-def prologue_skip(path: str, offset: int) -> int:
-    """Bytes to skip at a function's start: 4 past ``endbr64``, which the kernel would single-step and
-    which changes neither registers nor stack (so arguments read the same and a return probe still
-    finds the return address at the stack pointer). Other first instructions stay probed in place:
-    moving past one that adjusts the stack would misplace both."""
-    return 4 if starts_with(path, offset, ENDBR64) else 0
-
-
-def attach_library(bpf: Any, path: str, lib: str) -> list[Attached]:
-    """Attach every probe of ``lib`` ("nccl" or "cuda") that ``path`` exports; raise if none did."""
-    done: list[Attached] = []
+def probe_sites(path: str, lib: str) -> list[Site]:
+    """Every probe of ``lib`` ("nccl" or "cuda") that ``path`` exports, placed past a leading endbr64."""
+    sites = []
     for probe in PROBES:
         if probe.lib != lib:
             continue
@@ -159,15 +153,33 @@ def attach_library(bpf: Any, path: str, lib: str) -> list[Attached]:
             log.debug("%s does not export %s", path, probe.symbol)
             continue
         offset, vaddr = where
+        p = classify(read_code(path, offset))
+        sites.append(Site(probe, vaddr + p.skip, offset + p.skip, p.skip, p.stepped, p.first))
+    return sites
+
+
+def stepped_warning(path: str, sites: list[Site]) -> str | None:
+    """One line naming the single-stepped probes of a library, their cost and the fix; None if none."""
+    slow = [s for s in sites if s.stepped]
+    if not slow:
+        return None
+    names = ", ".join(f"{s.probe.symbol} ({s.first})" for s in slow[:4]) + (", ..." if len(slow) > 4 else "")
+    return (f"{len(slow)} of {len(sites)} probed functions in {path} start with an instruction the kernel "
+            f"single-steps on every call ({names}): {STEP_COST}; {STEP_FIX}")
+
+
+def attach_library(bpf: Any, path: str, lib: str) -> list[Site]:
+    """Attach every probe of ``lib`` ("nccl" or "cuda") that ``path`` exports; raise if none did."""
+    sites = probe_sites(path, lib)
+    for site in sites:
         # A return probe is planted at entry too, so both move past endbr64 together.
-        skip = prologue_skip(path, offset)
-        bpf.attach_uprobe(name=path, addr=vaddr + skip, fn_name=f"enter_{probe.symbol}")
-        if probe.has_return:
-            bpf.attach_uretprobe(name=path, addr=vaddr + skip, fn_name=f"return_{probe.symbol}")
-        done.append(Attached(path, probe.symbol, offset + skip, skip))
-    if not done:
+        symbol = site.probe.symbol
+        bpf.attach_uprobe(name=path, addr=site.vaddr, fn_name=f"enter_{symbol}")
+        if site.probe.has_return:
+            bpf.attach_uretprobe(name=path, addr=site.vaddr, fn_name=f"return_{symbol}")
+    if not sites:
         raise RuntimeError(
             f"0 functions matched in {path}: it exports none of the {lib} functions rankecho traces; "
             f"pass the real library with --{lib}-lib"
         )
-    return done
+    return sites

@@ -139,8 +139,11 @@ class Agent:
             return
         done = probes.attach_library(self.bpf, lib.path, lib.kind)
         self.attached[lib.key] = lib
-        endbr = sum(a.skipped > 0 for a in done)
+        endbr = sum(a.skip > 0 for a in done)
         log.info("attached %d probes to %s (%d past endbr64)", len(done), lib.path, endbr)
+        warning = probes.stepped_warning(lib.path, done)
+        if warning:
+            log.warning("%s", warning)
 
     def rescan(self) -> None:
         libs, procs = discovery.scan(self.s.proc_root, pids=self.s.pids or None)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from agent import check, discovery, probes
+import pytest
+from test_agent_helpers import sim_built
+
+from agent import check, discovery, probes, prologue
 from agent.events import FN, HEADER, INIT_SIZE, KIND, decode
 from agent.nvml import Nvml, gpu_for
 
@@ -62,7 +67,7 @@ def test_checks_name_the_fix(tmp_path: Path) -> None:
 def test_check_command_prints_every_check() -> None:
     out = subprocess.run([sys.executable, "-m", "rankecho", "agent", "check"], capture_output=True, text=True,
                          cwd=ROOT)
-    for name in ("privileges", "BTF", "tracefs", "bcc", "kernel headers", "processes", "NVML"):
+    for name in ("privileges", "BTF", "tracefs", "bcc", "kernel headers", "processes", "probe cost", "NVML"):
         assert f"] {name}:" in out.stdout
     assert out.returncode == (0 if out.stdout.rstrip().endswith("ready") else 1)
 
@@ -92,12 +97,54 @@ def test_header_and_decoder_agree() -> None:
     assert rec.fn == FN.ALL_REDUCE and rec.rc == -1 and rec.launches == 99  # type: ignore[union-attr]
 
 
-def test_prologue_skip(tmp_path: Path) -> None:
+def test_prologue_classification_past_endbr64(tmp_path: Path) -> None:
+    endbr, sub, push = prologue.ENDBR64, b"\x48\x83\xec\x28", b"\x55\x48\x89\xe5"
     lib = tmp_path / "f"
-    lib.write_bytes(probes.ENDBR64 + b"\x48\x83\xec\x28" + b"\x55\x48\x89\xe5")
-    assert probes.prologue_skip(str(lib), 0) == 4
-    assert probes.prologue_skip(str(lib), 4) == 0  # sub $0x28,%rsp: moving past it misplaces the stack
-    assert probes.prologue_skip(str(lib), 8) == 0
+    lib.write_bytes(endbr + sub + push)
+    assert prologue.read_code(str(lib), 4, 4) == sub
+    # sub $0x28,%rsp is single-stepped, and moving past it would misplace the stack: probed in place.
+    assert prologue.classify(endbr + sub) == prologue.Prologue(4, True, "sub $0x28,%rsp")
+    assert prologue.classify(sub) == prologue.Prologue(0, True, "sub $0x28,%rsp")
+    assert prologue.classify(b"\x48\x81\xec\x00\x01\x00\x00") == prologue.Prologue(0, True, "sub $0x100,%rsp")
+    assert prologue.classify(endbr + push) == prologue.Prologue(4, False, "push %rbp")
+    assert prologue.classify(b"\x41\x54\x55") == prologue.Prologue(0, False, "push %r12")
+    emulated = [b"\xe9\x00\x00\x00\x00", b"\xeb\x02", b"\x74\x05", b"\x0f\x84\x00\x00\x00\x00", b"\x90"]
+    stepped = [b"\x48\x85\xff\x74\x0b", b"\x48\x89\xf8", b"\xc3", endbr + endbr, b""]
+    assert [prologue.classify(c).stepped for c in emulated] == [False] * len(emulated)
+    assert [prologue.classify(c).stepped for c in stepped] == [True] * len(stepped)
+    names = [prologue.classify(c).first for c in (b"\x48\x85\xff", b"\x4d\x85\xc0", b"\x48\x89\xf8", b"\xc3")]
+    assert names == ["test %rdi,%rdi", "test %r8,%r8", "mov %rdi,%rax", "bytes c3"]
+
+
+requires_bcc = pytest.mark.skipif(importlib.util.find_spec("bcc") is None, reason="needs the bcc bindings")
+
+
+@requires_bcc
+def test_probe_sites_name_single_stepped_prologues_in_real_libraries(tmp_path: Path) -> None:
+    sim = sim_built()
+    nofp = tmp_path / "sim"  # the same sources built without frame pointers
+    shutil.copytree(sim, nofp, ignore=shutil.ignore_patterns("build*", "__pycache__", "scenarios"))
+    subprocess.run(["make", "-s", "-C", str(nofp), "FRAME_POINTERS=", "build/libcudart.so.12"], check=True)
+    hot = ("cudaLaunchKernel", "cudaStreamSynchronize")
+    for build, skip in (("build", 0), ("build-endbr", 4)):
+        sites = {s.probe.symbol: s for s in probes.probe_sites(str(sim / build / "libcudart.so.12"), "cuda")}
+        assert len(sites) == 8
+        for name in hot:
+            assert (sites[name].skip, sites[name].stepped, sites[name].first) == (skip, False, "push %rbp")
+        assert probes.stepped_warning("x", [sites[n] for n in hot]) is None
+    lib = str(nofp / "build" / "libcudart.so.12")
+    slow = probes.probe_sites(lib, "cuda")
+    by_name = {s.probe.symbol: s for s in slow}
+    for name in hot:
+        assert by_name[name].stepped and by_name[name].first.startswith("sub $"), by_name[name]
+    n = sum(s.stepped for s in slow)
+    warning = probes.stepped_warning(lib, slow)
+    assert warning is not None and f"{n} of 8 probed functions in {lib}" in warning
+    assert "cudaStreamSynchronize (sub $" in warning and "-fno-omit-frame-pointer" in warning
+    chk = check.check_prologues(cuda=(lib,))
+    assert not chk.ok and not chk.required
+    assert chk.detail.startswith(f"{n} of 8 probe sites in 1 library are single-stepped")
+    assert "libcudart.so.12:cudaStreamSynchronize" in chk.detail and "push %rbp" in chk.fix
 
 
 class FakeNvml(SimpleNamespace):
