@@ -238,7 +238,11 @@ def test_echo_is_one_replica_statefulset_with_a_volume_for_its_database() -> Non
         "--otlp-grpc", f"0.0.0.0:{ports['otlpGrpc']}",
         "--otlp-http", f"0.0.0.0:{ports['otlpHttp']}",
         "--mcp-http", f"0.0.0.0:{ports['mcpHttp']}",
+        "--duckdb-memory-limit", vals["echo"]["duckdbMemoryLimit"],
     ]
+    limit_gib = float(vals["echo"]["duckdbMemoryLimit"].removesuffix("GB")) * 1e9 / 2**30
+    pod_gib = float(vals["echo"]["resources"]["limits"]["memory"].removesuffix("Gi"))
+    assert limit_gib < pod_gib, "DuckDB's limit must leave the pod headroom below its memory limit"
     by_name = {p["name"]: p["containerPort"] for p in echo["ports"]}
     assert by_name == {"otlp-grpc": 4317, "otlp-http": 4318, "mcp-http": 8000}
     assert echo["readinessProbe"]["httpGet"]["path"] == "/readyz"
