@@ -11,8 +11,10 @@ from typing import Any
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoint", default="127.0.0.1:4317", help="Echo's OTLP/gRPC address HOST:PORT")
-    p.add_argument("--cluster-id", default=None, help="cluster name (default: $RANKECHO_CLUSTER_ID)")
-    p.add_argument("--node-id", default=None, help="node name (default: $NODE_NAME, else the host name)")
+    p.add_argument("--cluster-id", default=None, help="cluster name (default: $RANKECHO_CLUSTER_ID, else "
+                   "k8s.cluster.name in $OTEL_RESOURCE_ATTRIBUTES, else 'default')")
+    p.add_argument("--node-id", default=None, help="node name (default: $K8S_NODE_NAME, $NODE_NAME, "
+                   "k8s.node.name in $OTEL_RESOURCE_ATTRIBUTES, else the host name)")
     p.add_argument("--token-file", default=None, help="file holding Echo's bearer token "
                    "(default: $RANKECHO_TOKEN)")
     p.add_argument("--insecure", action="store_true", help="plaintext gRPC even with a token")

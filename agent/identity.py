@@ -23,7 +23,7 @@ RANK_VARS: tuple[tuple[str, str, str], ...] = (
     ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
 )
 POD_VARS = ("K8S_POD_NAME", "POD_NAME")
-NAMESPACE_VARS = ("K8S_NAMESPACE", "POD_NAMESPACE")
+NAMESPACE_VARS = ("K8S_NAMESPACE_NAME", "K8S_NAMESPACE", "POD_NAMESPACE")
 
 
 @dataclass(frozen=True)

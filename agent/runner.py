@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from agent import discovery, probes
+from agent import discovery, probes, resource
 from agent.clock import ClockConverter
 from agent.events import decode
 from agent.export import Encoded, ExportConfig, Exporter, encode_batch
@@ -56,7 +56,12 @@ class Agent:
             throttled=self._throttled,
             gpu_resource=self._gpu_resource,
         )
+        # The environment's attributes go on every resource, except those naming the agent's own pod:
+        # they go only on the agent's own points (a traced process carries its own pod, if any).
+        shared, own = resource.split(dict(s.resource))
+        self.own: dict[str, AttrValue] = dict(own)
         self.base: dict[str, AttrValue] = {
+            **shared,
             c.SERVICE_NAME: "rankecho-agent",
             c.SERVICE_INSTANCE_ID: f"{s.node_id}/{os.getpid()}/{time.time_ns()}",
             c.CLUSTER_NAME: s.cluster_id,
@@ -78,8 +83,9 @@ class Agent:
         if not self.points:
             return
         items, self.points = self.points, []
+        resources: dict[Any, dict[str, AttrValue]] = {**self.tracker.resources, None: self.own}
         for i in range(0, len(items), MAX_BATCH):
-            batch: Encoded = encode_batch(self.tracker.resources, items[i : i + MAX_BATCH], self.base)
+            batch: Encoded = encode_batch(resources, items[i : i + MAX_BATCH], self.base)
             self.exporter.submit(batch)
 
     # --- GPUs -----------------------------------------------------------------------------------

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from agent import resource
 from agent.probes import ProbeConfig
+from shared import contract as c
 
 DEFAULT_SPOOL_ROOT = "/var/lib/rankecho/spool"
 LOOPBACK_HOSTS = ("127.", "localhost", "[::1]", "::1")
@@ -36,33 +39,43 @@ class Settings:
     offcpu_min_ns: int = 1_000_000
     proc_root: str = "/proc"
     shutdown_deadline_s: float = 5.0
+    resource: tuple[tuple[str, str], ...] = ()
+    """The agent's own resource attributes (environment merged, cluster and node id included)."""
 
     @property
     def probe_config(self) -> ProbeConfig:
         return ProbeConfig(offcpu_min_ns=self.offcpu_min_ns, filter_pids=bool(self.pids))
 
 
-def _token(args: argparse.Namespace) -> str:
+def _token(args: argparse.Namespace, env: Mapping[str, str]) -> str:
     if args.token_file:
         with open(args.token_file) as f:
             return f.read().strip()
-    return os.environ.get("RANKECHO_TOKEN", "").strip()
+    return env.get("RANKECHO_TOKEN", "").strip()
 
 
-def from_args(args: argparse.Namespace) -> Settings:
-    """Resolve flags + environment (RANKECHO_TOKEN, NODE_NAME, RANKECHO_CLUSTER_ID) into Settings."""
-    node = args.node_id or os.environ.get("NODE_NAME") or socket.gethostname()
-    cluster = args.cluster_id or os.environ.get("RANKECHO_CLUSTER_ID") or "default"
+def from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
+    """Resolve flags + environment into Settings: RANKECHO_TOKEN, RANKECHO_CLUSTER_ID, RANKECHO_SPOOL_ROOT,
+    and the identity of :mod:`agent.resource`. Node id: --node-id, else K8S_NODE_NAME, NODE_NAME,
+    ``k8s.node.name`` in OTEL_RESOURCE_ATTRIBUTES, the host name. Cluster id: --cluster-id, else
+    RANKECHO_CLUSTER_ID, ``k8s.cluster.name`` in OTEL_RESOURCE_ATTRIBUTES, ``default``."""
+    env = os.environ if env is None else env
+    attrs = resource.from_env(env)
+    node = (args.node_id or env.get("K8S_NODE_NAME", "").strip() or env.get("NODE_NAME")
+            or attrs.get(c.NODE_NAME) or socket.gethostname())
+    cluster = args.cluster_id or env.get("RANKECHO_CLUSTER_ID") or attrs.get(c.CLUSTER_NAME) or "default"
+    attrs.update({c.CLUSTER_NAME: cluster, c.NODE_NAME: node})
     endpoint = args.endpoint
     tls = bool(args.tls or args.ca_file or endpoint.startswith("https://")) and not args.insecure
     spool = args.spool_dir or os.path.join(
-        os.environ.get("RANKECHO_SPOOL_ROOT", DEFAULT_SPOOL_ROOT), f"{cluster}-{node}".replace("/", "_")
+        env.get("RANKECHO_SPOOL_ROOT", DEFAULT_SPOOL_ROOT), f"{cluster}-{node}".replace("/", "_")
     )
     return Settings(
         endpoint=endpoint,
         cluster_id=cluster,
         node_id=node,
-        token=_token(args),
+        resource=tuple(sorted(attrs.items())),
+        token=_token(args, env),
         tls=tls,
         ca_file=args.ca_file,
         cert_file=args.cert_file,
