@@ -16,6 +16,7 @@ Usage::
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,3 +184,28 @@ def attach_library(bpf: Any, path: str, lib: str) -> list[Site]:
             f"pass the real library with --{lib}-lib"
         )
     return sites
+
+
+def detach_all(bpf: Any, workers: int = 64) -> int:
+    """Detach every uprobe from several threads at once; returns how many.
+
+    Releasing a uprobe perf event waits for RCU grace periods in the kernel (~0.1 s each here) under
+    a kernel-wide mutex, so one-by-one detaching (``BPF.cleanup``) takes ~5 s for one node's
+    libraries. Closing concurrently lets part of those waits overlap (measured ~20% faster); the
+    kernel serialises the rest. Exiting without detaching is no faster: the exiting process pays
+    the same cost while closing its files. bcc's own bookkeeping is updated on this thread."""
+    from bcc import lib
+
+    items = list(bpf.uprobe_fds.items())
+
+    def detach(item: tuple[bytes, int]) -> None:
+        name, fd = item
+        lib.bpf_close_perf_event_fd(fd)  # ctypes releases the GIL for the blocking close
+        lib.bpf_detach_uprobe(name)  # removes a tracefs-created event (older kernels); else a no-op
+
+    if items:
+        with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="detach") as pool:
+            list(pool.map(detach, items))
+    for name, _ in items:
+        bpf._del_uprobe_fd(name)
+    return len(items)

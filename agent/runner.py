@@ -247,7 +247,10 @@ class Agent:
         if self.nvml is not None:
             self.nvml.close()
         if self.bpf is not None:
+            t0 = time.monotonic()
+            n = probes.detach_all(self.bpf)
             self.bpf.cleanup()
+            log.info("detached %d uprobes in %.1f s", n, time.monotonic() - t0)
 
 
 def release_compiler_memory(bpf: Any) -> None:

@@ -187,3 +187,36 @@ def test_echo_down_for_30_s_loses_nothing(tmp_path: Path) -> None:
         con.close()
     assert counts == {0: steps, 1: steps}
     assert dupes == (0,)
+
+
+def test_detach_all_closes_every_uprobe_and_they_stop_firing(tmp_path: Path) -> None:
+    import ctypes
+    import shutil
+
+    from bcc import BPF
+
+    from agent.probes import detach_all
+
+    lib = tmp_path / "libcudart.so.12"
+    shutil.copy2(sim_built() / "build" / "libcudart.so.12", lib)  # own inode: no other test's probes
+    bpf = BPF(text="BPF_ARRAY(hits, u64, 1); int hit(void *ctx) { int k = 0; hits.atomic_increment(k); "
+                   "return 0; }")
+    names = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaGetLastError")
+    for name in names:
+        bpf.attach_uprobe(name=bytes(lib), sym=name.encode(), fn_name=b"hit")
+    bpf.attach_uretprobe(name=bytes(lib), sym=names[0].encode(), fn_name=b"hit")
+    fds = list(bpf.uprobe_fds.values())
+    cudart = ctypes.CDLL(str(lib))
+
+    def calls_counted() -> int:
+        cudart.cudaStreamSynchronize(None)
+        cudart.cudaGetLastError()
+        return int(bpf["hits"][ctypes.c_int(0)].value)
+
+    assert calls_counted() == 3  # entry + return + entry
+    assert detach_all(bpf) == 4 and bpf.uprobe_fds == {}
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    assert calls_counted() == 3
+    bpf.cleanup()
