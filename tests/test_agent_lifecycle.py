@@ -199,8 +199,8 @@ def test_detach_all_closes_every_uprobe_and_they_stop_firing(tmp_path: Path) -> 
 
     lib = tmp_path / "libcudart.so.12"
     shutil.copy2(sim_built() / "build" / "libcudart.so.12", lib)  # own inode: no other test's probes
-    bpf = BPF(text="BPF_ARRAY(hits, u64, 1); int hit(void *ctx) { int k = 0; hits.atomic_increment(k); "
-                   "return 0; }")
+    bpf = BPF(text=b"BPF_ARRAY(hits, u64, 1); int hit(void *ctx) { int k = 0; hits.atomic_increment(k); "
+                   b"return 0; }")
     names = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaGetLastError")
     for name in names:
         bpf.attach_uprobe(name=bytes(lib), sym=name.encode(), fn_name=b"hit")
@@ -211,7 +211,7 @@ def test_detach_all_closes_every_uprobe_and_they_stop_firing(tmp_path: Path) -> 
     def calls_counted() -> int:
         cudart.cudaStreamSynchronize(None)
         cudart.cudaGetLastError()
-        return int(bpf["hits"][ctypes.c_int(0)].value)
+        return int(bpf[b"hits"][ctypes.c_int(0)].value)
 
     assert calls_counted() == 3  # entry + return + entry
     assert detach_all(bpf) == 4 and bpf.uprobe_fds == {}
