@@ -1,6 +1,6 @@
 """OTLP/gRPC export to Echo: batching into requests, gzip, bearer token, TLS, retry with backoff, spool.
 
-Requests are encoded by :mod:`agent.wire` (the bytes :func:`shared.otlp.metrics_request` would give,
+Requests are encoded by :mod:`shared.wire` (the bytes :func:`shared.otlp.metrics_request` would give,
 built directly) rather than through the OTel SDK exporter,
 because the spool must hold the exact encoded bytes (a replay is byte-identical, so Echo's dedup by
 event id holds) and because the retry decision has to hand a batch to the spool instead of blocking
@@ -30,8 +30,8 @@ import grpc
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 
 from agent.spool import Spool
-from agent.wire import encode_request
 from shared.otlp import AttrValue, Point
+from shared.wire import encode_request
 
 log = logging.getLogger("rankecho.agent")
 EXPORT_METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"

@@ -39,3 +39,21 @@ def test_contract_names_are_unique() -> None:
 
 def test_causal_chain_id_is_rank_independent() -> None:
     assert contract.causal_chain_id("9f3a", 14) == contract.causal_chain_id("9f3a", 14) == "9f3a:14"
+
+
+def test_wire_encoder_parses_to_what_the_protobuf_builder_makes() -> None:
+    from shared.wire import encode_request
+
+    groups = [
+        ({contract.NODE_NAME: "node-a", contract.RANK: 5, "flag": True, "ratio": 0.5}, [
+            Point(contract.M_COLLECTIVE, 1_700_000_000_000_000_001, 291.5, {contract.CAUSAL_CHAIN_ID: "a:7"}),
+            Point(contract.M_KERNEL_LAUNCHES, 1_700_000_000_000_000_002, 1200, {contract.TID: 77}),
+            Point(contract.M_COLLECTIVE, 1_700_000_000_000_000_003, -1, {"neg": -3, "big": 2**40}),
+        ]),
+        ({contract.NODE_NAME: "node-b"}, [Point(contract.M_HEALTH, 5, 1.0, {"on": False, "s": "ü" * 200})]),
+    ]
+    expected = ExportMetricsServiceRequest()
+    for resource, points in groups:
+        expected.resource_metrics.extend(metrics_request(resource, points).resource_metrics)
+    decoded = ExportMetricsServiceRequest.FromString(encode_request(groups))
+    assert decoded == expected

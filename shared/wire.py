@@ -1,4 +1,4 @@
-"""Direct protobuf wire encoding of OTLP metric requests, for the agent's hot path.
+"""Direct protobuf wire encoding of OTLP metric requests, for hot paths (the agent, the stress tool).
 
 Produces the same bytes a parser reads as :func:`shared.otlp.metrics_request` (tests compare the
 two), ~4x cheaper: no message objects are built, and encoded attributes are cached, because most
