@@ -1,7 +1,14 @@
-"""Named SQL queries (aiosql-style ``-- name: x`` blocks in ``*.sql`` files next to this module).
+"""Named SQL (aiosql-style ``-- name: x`` blocks in ``*.sql`` files), the one loader for all of it.
 
-The comment lines right under a name are that query's docstring. Tools call queries by name and bind
-``$name`` parameters; none of them builds SQL text.
+The comment lines right under a name are that statement's docstring. Tools call queries by name and bind
+``$name`` parameters; none of them builds SQL text. Three folders, three roles:
+
+- ``echo/queries/*.sql`` (:data:`QUERIES`): read queries the tools, the CLI and the tests run;
+- ``echo/queries/layers/*.sql`` (:data:`LAYERS`): the straggler analysis as layered DuckDB table macros
+  (``CREATE OR REPLACE TEMP MACRO rk_...``), defined on every read connection (see
+  :class:`echo.store.reader.Reader`) and called by the read queries, or by an analyst, like tables;
+- ``echo/queries/staging/*.sql`` (:data:`STAGING`): the writer's copies of agent events into the typed
+  analysis tables.
 
 Usage::
 
@@ -65,7 +72,11 @@ def load_dir(folder: Path) -> Mapping[str, NamedQuery]:
     return queries
 
 
-QUERIES: Mapping[str, NamedQuery] = load_dir(Path(__file__).resolve().parent)
+HERE = Path(__file__).resolve().parent
+QUERIES: Mapping[str, NamedQuery] = load_dir(HERE)
+LAYERS: Mapping[str, NamedQuery] = load_dir(HERE / "layers")
+"""Analysis macros in definition order (by file, then in the file): later layers call earlier ones."""
+STAGING: Mapping[str, NamedQuery] = load_dir(HERE / "staging")
 FANIN_FILE = Path(__file__).resolve().parent.parent / "stress" / "fanin.sql"
 """The fan-in proof's four queries (plus checks) live with the stress tool; agents get them as examples."""
 SEED_EXAMPLES = ("per_node_events", "chains", "stragglers", "health_quantiles")

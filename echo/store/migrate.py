@@ -1,7 +1,8 @@
 """Versioned schema migrations: ``echo/migrations/NNN_name.sql`` applied in order, each in one transaction.
 
 The applied version is recorded in ``schema_version``; a store newer than this Echo is refused rather
-than guessed at.
+than guessed at. A migration that adds derived tables fills them from the stored events in the same
+transaction (:data:`AFTER`), so an upgraded store answers like a fresh one.
 
 Usage::
 
@@ -11,10 +12,13 @@ Usage::
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 
 import duckdb
+
+from echo.store.staging import backfill
 
 _NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
@@ -28,6 +32,10 @@ class Migration:
 
 class SchemaTooNewError(RuntimeError):
     pass
+
+
+AFTER: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {2: backfill}
+"""Work that completes a migration, run in its transaction: v2 stages every stored agent event."""
 
 
 def available() -> list[Migration]:
@@ -65,6 +73,8 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
         con.execute("BEGIN TRANSACTION")
         try:
             con.execute(m.sql)
+            if m.version in AFTER:
+                AFTER[m.version](con)
             con.execute("INSERT INTO schema_version VALUES (?, ?, epoch_ns(now()))", [m.version, m.name])
             con.execute("COMMIT")
         except Exception:

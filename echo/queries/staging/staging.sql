@@ -1,0 +1,69 @@
+-- How the writer copies the node agent's events into the typed analysis tables (schema v2).
+-- Each statement reads the relation `staged`: the rows of one commit that were new to `events`
+-- (the writer registers them), or all of `events` when migration 002 backfills an older store.
+-- Attributes are read once per row with a list of JSON paths; a malformed value becomes NULL.
+
+-- name: stage_collectives
+-- One row per rankecho.nccl.collective point (collectives and send/recv).
+INSERT INTO collectives
+SELECT event_id, cluster_id, node_id, rank, nranks,
+       TRY_CAST(a[1] AS BIGINT) AS pid,
+       TRY_CAST(a[2] AS BIGINT) AS process_start_ns,
+       a[3] AS agent_instance,
+       TRY_CAST(a[4] AS BIGINT) AS tid,
+       a[5] AS op,
+       a[6] AS comm_id,
+       TRY_CAST(a[7] AS BIGINT) AS seq,
+       TRY_CAST(a[8] AS BOOLEAN) AS seq_aligned,
+       TRY_CAST(a[9] AS INTEGER) AS comm_rank,
+       TRY_CAST(a[10] AS INTEGER) AS comm_nranks,
+       TRY_CAST(a[11] AS BIGINT) AS bytes,
+       coalesce(TRY_CAST(a[12] AS BOOLEAN), false) AS in_group,
+       coalesce(TRY_CAST(a[13] AS BIGINT), timestamp_ns) AS enter_ns,
+       TRY_CAST(a[14] AS BIGINT) AS return_ns,
+       TRY_CAST(a[15] AS BIGINT) AS complete_ns,
+       causal_chain_id
+FROM (
+    SELECT *,
+           json_extract_string(attrs_json, [
+               '$."process.pid"', '$."rankecho.process.start_ns"', '$."service.instance.id"',
+               '$."thread.id"', '$."rankecho.nccl.op"', '$."rankecho.nccl.comm_id"',
+               '$."rankecho.nccl.seq"', '$."rankecho.nccl.seq_aligned"', '$."rankecho.nccl.comm_rank"',
+               '$."rankecho.nccl.comm_nranks"', '$."rankecho.bytes"', '$."rankecho.nccl.in_group"',
+               '$."rankecho.enter_ns"', '$."rankecho.return_ns"', '$."rankecho.complete_ns"'
+           ]) AS a
+    FROM staged
+    WHERE metric_name = 'rankecho.nccl.collective'
+);
+
+-- name: stage_host_activity
+-- One row per interval a rank's thread spent in a CUDA call or off the CPU: the evidence of what a
+-- late rank did before it entered a collective. The interval ends value_double ms after it started.
+INSERT INTO host_activity
+SELECT event_id, cluster_id, node_id, rank,
+       TRY_CAST(a[1] AS BIGINT) AS pid,
+       TRY_CAST(a[2] AS BIGINT) AS process_start_ns,
+       TRY_CAST(a[3] AS BIGINT) AS tid,
+       CASE metric_name
+           WHEN 'rankecho.cuda.sync' THEN 'sync'
+           WHEN 'rankecho.cuda.malloc' THEN 'malloc'
+           WHEN 'rankecho.cuda.free' THEN 'free'
+           WHEN 'rankecho.cuda.memcpy' THEN 'memcpy'
+           ELSE 'offcpu'
+       END AS kind,
+       coalesce(a[4], a[5]) AS cuda_call,
+       a[6] AS state,
+       timestamp_ns AS start_ns,
+       timestamp_ns + CAST(round(greatest(coalesce(value_double, 0), 0) * 1e6) AS BIGINT) AS end_ns,
+       causal_chain_id
+FROM (
+    SELECT *,
+           json_extract_string(attrs_json, [
+               '$."process.pid"', '$."rankecho.process.start_ns"', '$."thread.id"',
+               '$."rankecho.cuda.call"', '$."rankecho.call_in_flight"', '$."rankecho.sched.state"'
+           ]) AS a
+    FROM staged
+    WHERE metric_name IN ('rankecho.cuda.sync', 'rankecho.cuda.malloc', 'rankecho.cuda.free',
+                          'rankecho.cuda.memcpy', 'rankecho.sched.offcpu')
+      AND value_double IS NOT NULL AND value_double < 3.6e6
+);

@@ -1,0 +1,118 @@
+"""The typed analysis tables: filled by the writer in the commit that stores the events, once per event
+(resends included), backfilled when an older store is migrated, tolerant of malformed attributes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from conftest import local_settings
+from echo_helpers import TEST_TOKEN, grpc_export
+
+from echo.app import Echo
+from echo.store.migrate import available, migrate
+from shared import contract as c
+from shared.otlp import Point, metrics_request
+
+T0 = 1_790_000_000_000_000_000  # 2026-09-21: Echo refuses times ahead of its clock
+RESOURCE = {c.CLUSTER_NAME: "c1", c.NODE_NAME: "node-a", c.RANK: 3, c.NRANKS: 8, c.PROCESS_PID: 4242,
+            c.PROCESS_START_NS: 777, c.SERVICE_INSTANCE_ID: "node-a/1/2"}  # fmt: skip
+
+
+def collective(seq: int, **extra: Any) -> Point:
+    attrs: dict[str, Any] = {
+        c.OP: "ncclAllReduce", c.COMM_ID: "abc", c.SEQ: seq, c.SEQ_ALIGNED: True, c.COMM_RANK: 3,
+        c.COMM_NRANKS: 8, c.BYTES: 1024, c.ENTER_NS: T0 + seq * 1000, c.RETURN_NS: T0 + seq * 1000 + 10,
+        c.COMPLETE_NS: T0 + seq * 1000 + 500, c.CAUSAL_CHAIN_ID: f"abc:{seq}", c.TID: 4243,
+        c.EVENT_ID: f"coll-{seq}",
+    }  # fmt: skip
+    attrs.update(extra)
+    return Point(c.M_COLLECTIVE, T0 + seq * 1000, 0.5, attrs)
+
+
+def activity() -> list[Point]:
+    return [
+        Point(c.M_CUDA_SYNC, T0 + 5, 2.5, {c.CUDA_CALL: "cudaStreamSynchronize", c.TID: 4243,
+                                           c.EVENT_ID: "s"}),
+        Point(c.M_CUDA_MALLOC, T0 + 6, 1.0, {c.CUDA_CALL: "cudaMalloc", c.TID: 4243, c.EVENT_ID: "m"}),
+        Point(c.M_OFFCPU, T0 + 7, 3.0, {c.OFFCPU_STATE: "preempted", c.CALL_IN_FLIGHT: "", c.TID: 4244,
+                                        c.EVENT_ID: "o"}),
+        Point(c.M_HEALTH, T0 + 8, 0.9, {c.EVENT_ID: "h"}),  # not an interval: not staged
+    ]
+
+
+def rows(echo: Echo, sql: str) -> list[tuple[Any, ...]]:
+    return echo.reader.query(sql).rows
+
+
+def test_the_commit_that_stores_a_collective_also_stores_its_typed_copy(echo_inproc: Echo) -> None:
+    grpc_export(echo_inproc.grpc_address, metrics_request(RESOURCE, [collective(7)]), TEST_TOKEN)
+    got = rows(
+        echo_inproc,
+        "SELECT event_id, cluster_id, node_id, rank, pid, process_start_ns, agent_instance, tid, op, "
+        "comm_id, seq, seq_aligned, comm_rank, comm_nranks, bytes, in_group, enter_ns, return_ns, "
+        "complete_ns, causal_chain_id FROM collectives",
+    )
+    assert got == [("coll-7", "c1", "node-a", 3, 4242, 777, "node-a/1/2", 4243, "ncclAllReduce", "abc", 7,
+                    True, 3, 8, 1024, False, T0 + 7000, T0 + 7010, T0 + 7500, "abc:7")]  # fmt: skip
+
+
+def test_intervals_are_staged_with_their_end_and_category(echo_inproc: Echo) -> None:
+    grpc_export(echo_inproc.grpc_address, metrics_request(RESOURCE, activity()), TEST_TOKEN)
+    got = rows(echo_inproc, "SELECT event_id, kind, cuda_call, state, tid, start_ns, end_ns, pid "
+                            "FROM host_activity ORDER BY event_id")  # fmt: skip
+    assert got == [
+        ("m", "malloc", "cudaMalloc", None, 4243, T0 + 6, T0 + 6 + 1_000_000, 4242),
+        ("o", "offcpu", "", "preempted", 4244, T0 + 7, T0 + 7 + 3_000_000, 4242),
+        ("s", "sync", "cudaStreamSynchronize", None, 4243, T0 + 5, T0 + 5 + 2_500_000, 4242),
+    ]
+
+
+def test_a_resend_is_staged_once_and_new_points_beside_it_still_are(echo_inproc: Echo) -> None:
+    address = echo_inproc.grpc_address
+    grpc_export(address, metrics_request(RESOURCE, [collective(1), collective(2)]), TEST_TOKEN)
+    grpc_export(address, metrics_request(RESOURCE, [collective(1), collective(2)]), TEST_TOKEN)
+    grpc_export(address, metrics_request(RESOURCE, [collective(2), collective(3)]), TEST_TOKEN)
+    assert rows(echo_inproc, "SELECT event_id, count(*) FROM collectives GROUP BY ALL ORDER BY 1") == [
+        ("coll-1", 1), ("coll-2", 1), ("coll-3", 1)
+    ]
+    assert rows(echo_inproc, "SELECT count(*) FROM events") == [(3,)]
+
+
+def test_malformed_attributes_become_null_and_the_event_is_kept(echo_inproc: Echo) -> None:
+    bad = collective(9, **{c.SEQ: "nine", c.COMPLETE_NS: "soon", c.SEQ_ALIGNED: "maybe"})
+    grpc_export(echo_inproc.grpc_address, metrics_request(RESOURCE, [bad]), TEST_TOKEN)
+    assert rows(echo_inproc, "SELECT seq, complete_ns, seq_aligned, enter_ns FROM collectives") == [
+        (None, None, None, T0 + 9000)
+    ]
+    assert rows(echo_inproc, "SELECT count(*) FROM events") == [(1,)]
+
+
+def test_migrating_a_v1_store_backfills_the_analysis_tables(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with duckdb.connect(str(path)) as con:
+        v1 = available()[0]
+        con.execute(v1.sql)
+        con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+                    "applied_ns BIGINT NOT NULL)")  # fmt: skip
+        con.execute("INSERT INTO schema_version VALUES (1, ?, 0)", [v1.name])
+    with Echo(local_settings(path)) as echo:  # an Echo of this version opens it: migration 002 runs
+        grpc_export(echo.grpc_address, metrics_request(RESOURCE, [collective(1), *activity()]), TEST_TOKEN)
+    # the same events written into a fresh v1 store by hand, then migrated: backfill == staging
+    other = tmp_path / "hand.db"
+    with duckdb.connect(str(path), read_only=True) as src, duckdb.connect(str(other)) as con:
+        con.execute(v1.sql)
+        con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+                    "applied_ns BIGINT NOT NULL)")  # fmt: skip
+        con.execute("INSERT INTO schema_version VALUES (1, ?, 0)", [v1.name])
+        events = src.sql("SELECT * FROM events").to_arrow_table()
+        con.register("copied", events)
+        con.execute("INSERT INTO events SELECT * FROM copied")
+        assert migrate(con) == 2
+        staged = con.execute("SELECT * FROM collectives ORDER BY event_id").fetchall()
+        intervals = con.execute("SELECT * FROM host_activity ORDER BY event_id").fetchall()
+    with duckdb.connect(str(path), read_only=True) as src:
+        assert staged == src.execute("SELECT * FROM collectives ORDER BY event_id").fetchall()
+        assert intervals == src.execute("SELECT * FROM host_activity ORDER BY event_id").fetchall()
+    assert len(staged) == 1 and len(intervals) == 3
