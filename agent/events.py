@@ -124,6 +124,8 @@ class OffCpuRecord:
     ts_wake: int  # 0 when preempted (never blocked)
     sleeping: bool
     call: FN
+    preempted_by: int = 0
+    """Preempted: the thread (tid) that took the CPU; 0 when the thread blocked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +159,7 @@ def decode(raw: bytes) -> Record:
         call = CallRecord(pid, tid, _fn(fn), ts, ts2, a0, a1, a2, a3, rc)
         return InitRecord(call, bytes(raw[HEADER.size : INIT_SIZE]))
     if kind == KIND.OFFCPU:
-        return OffCpuRecord(pid, tid, ts, ts2, a0, bool(extra), _fn(fn))
+        return OffCpuRecord(pid, tid, ts, ts2, a0, bool(extra), _fn(fn), a1)
     if kind == KIND.EXIT:
         return ExitRecord(pid, ts)
     raise ValueError(f"unknown record kind {kind}")

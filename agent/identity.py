@@ -131,6 +131,18 @@ def thread_name(proc_root: str, pid: int, tid: int) -> str:
         return ""
 
 
+def thread_group(proc_root: str, tid: int) -> int | None:
+    """The process (tgid) thread ``tid`` belongs to, or None when it is gone (or is not visible)."""
+    try:
+        with open(os.path.join(proc_root, str(tid), "status")) as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def short_hash(*parts: object) -> str:
     """16 hex chars of BLAKE2b over the parts; stable across processes, hosts and runs."""
     data = b"\x1f".join([p if isinstance(p, bytes) else str(p).encode() for p in parts])

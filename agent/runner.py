@@ -22,7 +22,7 @@ from agent import discovery, probes, resource
 from agent.clock import ClockConverter
 from agent.events import decode
 from agent.export import Encoded, ExportConfig, Exporter, encode_batch
-from agent.identity import ProcessInfo, read_process, thread_name
+from agent.identity import ProcessInfo, read_process, thread_group, thread_name
 from agent.nvml import Nvml, gpu_for, open_nvml
 from agent.settings import Settings
 from agent.spool import Spool
@@ -53,6 +53,7 @@ class Agent:
             read_proc=lambda pid: read_process(s.proc_root, pid),
             sink=self._sink,
             thread_name=lambda pid, tid: thread_name(s.proc_root, pid, tid),
+            thread_group=lambda tid: thread_group(s.proc_root, tid),
             throttled=self._throttled,
             gpu_resource=self._gpu_resource,
         )

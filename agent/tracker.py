@@ -65,6 +65,7 @@ class Tracker:
         read_proc: Callable[[int], ProcessInfo | None],
         sink: Sink,
         thread_name: Callable[[int, int], str] = lambda pid, tid: "",
+        thread_group: Callable[[int], int | None] = lambda tid: None,
         throttled: Callable[[ProcessInfo], bool] = lambda info: False,
         gpu_resource: Callable[[ProcessInfo], dict[str, AttrValue]] = lambda info: {},
         pending_timeout_ns: int = PENDING_TIMEOUT_NS,
@@ -73,6 +74,9 @@ class Tracker:
         self.clock = clock
         self._read_proc = read_proc
         self._thread_name = thread_name
+        self._thread_group = thread_group
+        self._groups: dict[int, int | None] = {}
+        """tid -> tgid of threads that preempted a traced thread (bounded; see _preemptor)."""
         self._throttled = throttled
         self._gpu_resource = gpu_resource
         self._sink = sink
@@ -337,7 +341,21 @@ class Tracker:
             attrs[c.RUNQ_MS] = max(0, rec.ts_in - rec.ts_wake) / 1e6
         if not rec.sleeping:
             proc.preempted_ns += rec.ts_in - rec.ts_out
+            if rec.preempted_by:
+                attrs[c.PREEMPTED_BY] = self._preemptor(rec.preempted_by)
         self._emit(proc, c.M_OFFCPU, rec.ts_out, (rec.ts_in - rec.ts_out) / 1e6, attrs, rec.tid)
+
+    def _preemptor(self, tid: int) -> str:
+        """'job' when the thread that took the CPU belongs to a traced process that uses a communicator
+        (a rank: the node's ranks compete for its CPUs), else 'other' (another workload, a helper
+        process that merely maps the CUDA libraries, a daemon, the kernel)."""
+        if tid not in self._groups:
+            if len(self._groups) >= 4096:
+                self._groups.clear()
+            self._groups[tid] = self._thread_group(tid)
+        tgid = self._groups[tid]
+        proc = self.procs.get(tgid) if tgid is not None else None
+        return "job" if proc is not None and proc.comms else "other"
 
     # --- periodic -------------------------------------------------------------------------------
     def _launches(self, proc: Proc, tid: int, n: int, ts: int, chain: str | None = None) -> None:

@@ -156,6 +156,25 @@ def test_offcpu_and_launch_windows() -> None:
     assert launches[1].attributes[c.WINDOW_NS] == 100 * MS
 
 
+def test_a_preempted_interval_says_whether_a_traced_process_took_the_cpu() -> None:
+    points: list[Any] = []
+    env = EnvIdentity(rank=0, world_size=2, job_key="m:1")
+    infos = {pid: ProcessInfo(pid, 7, env) for pid in (100, 200, 300)}
+    groups = {100: 100, 201: 200, 999: 999}  # tid -> tgid: 201 is a thread of traced 200, 999 untraced
+    clock = ClockConverter(realtime=lambda: 1_000_000_000_000, monotonic=lambda: 0)
+    t = Tracker("node", clock, infos.get, lambda k, p: points.append(p), thread_group=groups.get)
+    # 200 is a traced rank (it uses a communicator); 300 is traced but never made one (a helper process)
+    t.handle(CallRecord(200, 200, FN.ALL_REDUCE, 1 * MS, 2 * MS, 0xC0, STREAM, 8, 7, 0))
+    t.handle(CallRecord(300, 300, FN.STREAM_SYNC, 1 * MS, 2 * MS, 0, 0, 0, 0, 0))
+    groups[301] = 300
+    for by in (201, 301, 999, 4242, 0):
+        t.handle(OffCpuRecord(100, 100, 10 * MS, 12 * MS, 0, False, FN.NONE, by))
+    t.handle(OffCpuRecord(100, 100, 20 * MS, 22 * MS, 21 * MS, True, FN.NONE, 0))
+    offs = [p.attributes for p in points if p.metric_name == c.M_OFFCPU]
+    assert [o.get(c.PREEMPTED_BY) for o in offs] == ["job", "other", "other", "other", None, None]
+    assert [o[c.OFFCPU_STATE] for o in offs] == ["preempted"] * 5 + ["sleeping"]
+
+
 def test_event_ids_are_stable_and_distinct() -> None:
     a, b = Rank(0, 1), Rank(0, 1)
     for r in (a, b):

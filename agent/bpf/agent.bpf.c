@@ -31,6 +31,8 @@ struct offcpu {
     u32 pid;
     u16 call;   /* function in flight at switch-out */
     u16 sleeping;
+    u32 by;     /* preempted: the thread that took the CPU (0 when the thread blocked) */
+    u32 pad;
 };
 
 struct launch_count {
@@ -253,6 +255,7 @@ TRACEPOINT_PROBE(sched, sched_switch)
             o.pid = tgid;
             /* Low state bits set = blocked (S, D, ...); 0 or the preempt marker = still runnable. */
             o.sleeping = (args->prev_state & 0xff) ? 1 : 0;
+            o.by = o.sleeping ? 0 : args->next_pid;
             u16 *call = in_flight.lookup(&prev);
             o.call = call ? *call : 0;
             offstart.update(&prev, &o);
@@ -267,6 +270,7 @@ TRACEPOINT_PROBE(sched, sched_switch)
         e.ts = o->ts;
         e.ts2 = now;
         e.a0 = o->wake;
+        e.a1 = o->by;
         e.pid = o->pid;
         e.tid = next;
         e.kind = KIND_OFFCPU;
