@@ -33,11 +33,22 @@ def collective(seq: int, **extra: Any) -> Point:
 
 def activity() -> list[Point]:
     return [
-        Point(c.M_CUDA_SYNC, T0 + 5, 2.5, {c.CUDA_CALL: "cudaStreamSynchronize", c.TID: 4243,
-                                           c.EVENT_ID: "s"}),
+        Point(
+            c.M_CUDA_SYNC, T0 + 5, 2.5, {c.CUDA_CALL: "cudaStreamSynchronize", c.TID: 4243, c.EVENT_ID: "s"}
+        ),
         Point(c.M_CUDA_MALLOC, T0 + 6, 1.0, {c.CUDA_CALL: "cudaMalloc", c.TID: 4243, c.EVENT_ID: "m"}),
-        Point(c.M_OFFCPU, T0 + 7, 3.0, {c.OFFCPU_STATE: "preempted", c.CALL_IN_FLIGHT: "", c.TID: 4244,
-                                        c.EVENT_ID: "o"}),
+        Point(
+            c.M_OFFCPU,
+            T0 + 7,
+            3.0,
+            {
+                c.OFFCPU_STATE: "preempted",
+                c.CALL_IN_FLIGHT: "",
+                c.TID: 4244,
+                c.PREEMPTED_BY: "other",
+                c.EVENT_ID: "o",
+            },
+        ),
         Point(c.M_HEALTH, T0 + 8, 0.9, {c.EVENT_ID: "h"}),  # not an interval: not staged
     ]
 
@@ -60,12 +71,15 @@ def test_the_commit_that_stores_a_collective_also_stores_its_typed_copy(echo_inp
 
 def test_intervals_are_staged_with_their_end_and_category(echo_inproc: Echo) -> None:
     grpc_export(echo_inproc.grpc_address, metrics_request(RESOURCE, activity()), TEST_TOKEN)
-    got = rows(echo_inproc, "SELECT event_id, kind, cuda_call, state, tid, start_ns, end_ns, pid "
-                            "FROM host_activity ORDER BY event_id")  # fmt: skip
+    got = rows(
+        echo_inproc,
+        "SELECT event_id, kind, cuda_call, state, preempted_by, tid, start_ns, end_ns, pid "
+        "FROM host_activity ORDER BY event_id",
+    )
     assert got == [
-        ("m", "malloc", "cudaMalloc", None, 4243, T0 + 6, T0 + 6 + 1_000_000, 4242),
-        ("o", "offcpu", "", "preempted", 4244, T0 + 7, T0 + 7 + 3_000_000, 4242),
-        ("s", "sync", "cudaStreamSynchronize", None, 4243, T0 + 5, T0 + 5 + 2_500_000, 4242),
+        ("m", "malloc", "cudaMalloc", None, None, 4243, T0 + 6, T0 + 6 + 1_000_000, 4242),
+        ("o", "offcpu", "", "preempted", "other", 4244, T0 + 7, T0 + 7 + 3_000_000, 4242),
+        ("s", "sync", "cudaStreamSynchronize", None, None, 4243, T0 + 5, T0 + 5 + 2_500_000, 4242),
     ]
 
 
@@ -75,7 +89,9 @@ def test_a_resend_is_staged_once_and_new_points_beside_it_still_are(echo_inproc:
     grpc_export(address, metrics_request(RESOURCE, [collective(1), collective(2)]), TEST_TOKEN)
     grpc_export(address, metrics_request(RESOURCE, [collective(2), collective(3)]), TEST_TOKEN)
     assert rows(echo_inproc, "SELECT event_id, count(*) FROM collectives GROUP BY ALL ORDER BY 1") == [
-        ("coll-1", 1), ("coll-2", 1), ("coll-3", 1)
+        ("coll-1", 1),
+        ("coll-2", 1),
+        ("coll-3", 1),
     ]
     assert rows(echo_inproc, "SELECT count(*) FROM events") == [(3,)]
 

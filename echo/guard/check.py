@@ -17,8 +17,10 @@ from echo.guard.lexical import check_lexical
 from echo.guard.parsed import check_parsed
 from echo.guard.policy import Policy
 from echo.guard.refusal import Refused
+from echo.queries import LAYERS
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+_TABLE_MACRO = re.compile(r"\bAS\s+TABLE\b", re.IGNORECASE)
 _DDL_NAME = re.compile(
     r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TABLE|VIEW)\s+(?:IF\s+NOT\s+EXISTS\s+)?(?:main\.)?\"?(\w+)\"?",
     re.IGNORECASE,
@@ -27,11 +29,13 @@ _DDL_NAME = re.compile(
 
 @functools.cache
 def project_policy() -> Policy:
-    """Tables and views created by the project's own migrations (``echo/migrations/*.sql``)."""
+    """Tables and views created by the project's own migrations (``echo/migrations/*.sql``), and the
+    straggler analysis's table macros (``echo/queries/layers``), which read only those tables."""
     names: set[str] = set()
     for path in sorted(MIGRATIONS.glob("*.sql")):
         names.update(_DDL_NAME.findall(path.read_text(encoding="utf-8")))
-    return Policy.for_relations(names)
+    tables = [name for name, layer in LAYERS.items() if _TABLE_MACRO.search(layer.sql)]
+    return Policy.for_relations(names, tables, [name for name in LAYERS if name not in tables])
 
 
 def check_sql(sql: str, policy: Policy | None = None) -> str:

@@ -117,14 +117,23 @@ class Policy:
 
     relations: frozenset[str]
     table_functions: frozenset[str] = DEFAULT_TABLE_FUNCTIONS
+    project_functions: frozenset[str] = frozenset()
+    """Scalar macros the project defines on every read connection (reviewed like built-ins)."""
 
     @classmethod
-    def for_relations(cls, names: Iterable[str]) -> Policy:
+    def for_relations(
+        cls, names: Iterable[str], table_functions: Iterable[str] = (), functions: Iterable[str] = ()
+    ) -> Policy:
+        """Allow the relations ``names`` and, beside the default table functions and DuckDB's own
+        functions, the project's read-only table macros (``table_functions``) and scalar macros
+        (``functions``)."""
         cleaned = {n.lower() for n in names}
-        bad = sorted(n for n in cleaned if not IDENTIFIER.match(n))
+        tables = {n.lower() for n in table_functions}
+        scalars = {n.lower() for n in functions}
+        bad = sorted(n for n in cleaned | tables | scalars if not IDENTIFIER.match(n))
         if bad:
-            raise ValueError(f"relation names must be plain identifiers, got {bad}")
-        return cls(relations=frozenset(cleaned))
+            raise ValueError(f"relation and function names must be plain identifiers, got {bad}")
+        return cls(frozenset(cleaned), DEFAULT_TABLE_FUNCTIONS | tables, frozenset(scalars))
 
     def allows_relation(self, name: str) -> bool:
         return name.lower() in self.relations
@@ -135,7 +144,11 @@ class Policy:
     def allows_function(self, name: str) -> bool:
         """DuckDB's own scalar/aggregate/window functions, plus ``unnest``/``range`` used as scalars."""
         lowered = name.lower()
-        return not is_denied(lowered) and (lowered in builtin_functions() or lowered in self.table_functions)
+        return not is_denied(lowered) and (
+            lowered in builtin_functions()
+            or lowered in self.table_functions
+            or lowered in self.project_functions
+        )
 
     def allowed_text(self) -> str:
         """The sentence every refusal ends with."""

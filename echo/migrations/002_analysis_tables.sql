@@ -36,6 +36,7 @@ CREATE TABLE host_activity (
     kind             VARCHAR NOT NULL, -- 'sync' | 'malloc' | 'free' | 'memcpy' | 'offcpu'
     cuda_call        VARCHAR,          -- the CUDA call; for offcpu the traced call in flight ('' = none)
     state            VARCHAR,          -- offcpu only: 'sleeping' (blocked) or 'preempted' (runnable)
+    preempted_by     VARCHAR,          -- preempted only: 'job' (a traced process took the CPU) or 'other'
     start_ns         BIGINT NOT NULL,  -- node clock, Unix ns
     end_ns           BIGINT NOT NULL,
     causal_chain_id  VARCHAR

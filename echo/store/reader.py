@@ -1,9 +1,12 @@
 """The read API: one read-only statement on a cursor of the store's DuckDB instance, bounded in time,
 rows and bytes.
 
-Each query gets its own cursor (a connection to the same database instance, so it sees committed rows
-while the writer keeps inserting), runs inside ``BEGIN TRANSACTION READ ONLY`` after
-:func:`check_read_only`, and a timer calls ``interrupt()`` on the cursor when the time is up.
+Each query runs on a cursor of its own (a connection to the same database instance, so it sees
+committed rows while the writer keeps inserting), inside ``BEGIN TRANSACTION READ ONLY`` after
+:func:`check_read_only`, and a timer calls ``interrupt()`` on the cursor when the time is up. Every
+cursor first defines the straggler analysis's table macros (``echo/queries/layers``: temporary, so
+they live on that cursor only and never touch the store); finished cursors are kept for the next
+query so that costs once per cursor, not once per query.
 
 Usage::
 
@@ -22,11 +25,16 @@ from typing import Any
 
 import duckdb
 
+from echo.queries import LAYERS
 from echo.store.readcheck import check_read_only
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_ROWS = 10_000
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+ANALYSIS_PRELUDE: tuple[str, ...] = tuple(layer.sql for layer in LAYERS.values())
+"""Statements every read cursor runs once before its first query: the analysis layers' macros."""
+IDLE_CURSORS = 8
+"""Finished cursors kept for reuse; more are closed."""
 
 
 class QueryTimeoutError(TimeoutError):
@@ -53,7 +61,8 @@ def _row_bytes(row: tuple[Any, ...]) -> int:
 
 
 class Reader:
-    """Thread-safe: every call makes its own cursor. ``check`` is the statement gate (see readcheck)."""
+    """Thread-safe: a query never shares its cursor. ``check`` is the statement gate (see readcheck);
+    ``prelude`` runs once on each new cursor (trusted project SQL, not checked)."""
 
     def __init__(
         self,
@@ -62,12 +71,38 @@ class Reader:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_rows: int = DEFAULT_MAX_ROWS,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        prelude: Sequence[str] = ANALYSIS_PRELUDE,
     ) -> None:
         self._con = con
         self.check = check
         self.timeout_s = timeout_s
         self.max_rows = max_rows
         self.max_bytes = max_bytes
+        self._prelude = tuple(prelude)
+        self._idle: list[duckdb.DuckDBPyConnection] = []
+        self._lock = threading.Lock()
+
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        cur = self._con.cursor()
+        for statement in self._prelude:
+            cur.execute(statement)
+        return cur
+
+    def _release(self, cur: duckdb.DuckDBPyConnection) -> None:
+        """End the cursor's read transaction and keep it, or close it when that fails or enough are kept."""
+        try:
+            cur.execute("ROLLBACK")
+        except duckdb.Error:
+            cur.close()
+            return
+        with self._lock:
+            if len(self._idle) < IDLE_CURSORS:
+                self._idle.append(cur)
+                return
+        cur.close()
 
     def query(
         self,
@@ -83,30 +118,38 @@ class Reader:
         row_cap = self.max_rows if max_rows is None else max_rows
         byte_cap = self.max_bytes if max_bytes is None else max_bytes
         started = time.perf_counter()
-        cur = self._con.cursor()
+        cur = self._cursor()
         done = threading.Event()
+        stopping = threading.Lock()  # a late timer must never interrupt the cursor's next query
 
         def interrupt() -> None:
-            if not done.is_set():
-                cur.interrupt()
+            with stopping:
+                if not done.is_set():
+                    cur.interrupt()
 
         timer = threading.Timer(timeout, interrupt)
         timer.daemon = True
+        reusable = True
         try:
             cur.execute("BEGIN TRANSACTION READ ONLY")
             timer.start()
             cur.execute(statement, params)
             result = self._fetch(cur, row_cap, byte_cap)
         except duckdb.InterruptException:
+            reusable = False
             raise QueryTimeoutError(
                 f"query ran past {timeout:g} s and was stopped: narrow it (WHERE timestamp_ns ..., LIMIT)"
             ) from None
         except duckdb.Error as exc:
             raise QueryError(f"query failed: {exc}") from None
         finally:
-            done.set()
+            with stopping:
+                done.set()
             timer.cancel()
-            cur.close()  # also ends the read transaction
+            if reusable:
+                self._release(cur)  # ends the read transaction
+            else:
+                cur.close()
         result.elapsed_ms = (time.perf_counter() - started) * 1000
         return result
 

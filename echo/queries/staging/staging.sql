@@ -53,6 +53,7 @@ SELECT event_id, cluster_id, node_id, rank,
        END AS kind,
        coalesce(a[4], a[5]) AS cuda_call,
        a[6] AS state,
+       a[7] AS preempted_by,
        timestamp_ns AS start_ns,
        timestamp_ns + CAST(round(greatest(coalesce(value_double, 0), 0) * 1e6) AS BIGINT) AS end_ns,
        causal_chain_id
@@ -60,7 +61,8 @@ FROM (
     SELECT *,
            json_extract_string(attrs_json, [
                '$."process.pid"', '$."rankecho.process.start_ns"', '$."thread.id"',
-               '$."rankecho.cuda.call"', '$."rankecho.call_in_flight"', '$."rankecho.sched.state"'
+               '$."rankecho.cuda.call"', '$."rankecho.call_in_flight"', '$."rankecho.sched.state"',
+               '$."rankecho.sched.preempted_by"'
            ]) AS a
     FROM staged
     WHERE metric_name IN ('rankecho.cuda.sync', 'rankecho.cuda.malloc', 'rankecho.cuda.free',

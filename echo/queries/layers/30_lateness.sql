@@ -1,0 +1,132 @@
+-- Layer 3: who was late, by how much, on which side, and what the instance's delay cost.
+-- Host side: a rank is late at an instance when it entered threshold_ns or more after the instance's
+-- reference arrival. The threshold comes from the job's own noise: 6 robust standard deviations
+-- above the median lateness of the primary communicator's arrivals, at least 10% of the median step
+-- and 1 ms, and never below min_late_ms when the caller gives one.
+-- GPU side: a collective call only enqueues work; the GPU reaches the collective later. An instance
+-- is delayed when it completed later after its on-time arrivals than the same slot (communicator,
+-- position in the step) does in instances where nobody was late; a delay that no host's lateness
+-- explains, on an instance where one rank's thread spent longer than its peers blocked in its own
+-- syncs before calling (its GPU was busy with its own work) by at least half the threshold, is that
+-- rank's GPU arriving late. Only a step's first collective on a communicator (pos 0) has such a
+-- sync window; the later ones inherit the step's verdict in rk_episodes.
+
+-- name: rk_lateness
+-- One row per (instance, rank) of complete instances (every member of the communicator reported):
+-- the arrival of rk_arrivals; the cluster's noise (noise_median_ns, noise_sigma_ns), median step
+-- (step_ns), steps seen and threshold_ns; host_late (host_late_ns >= threshold_ns); the instance's
+-- wait (done_c - ref_c), its slot's healthy wait and delay_ns (the difference: what the on-time ranks
+-- waited beyond normal); the rank's own sync time before calling (presync_ns, delayed instances
+-- only) and, when the GPU rule names the rank, gpu_late_ns (= the delay).
+CREATE OR REPLACE TEMP MACRO rk_lateness(start_ns, end_ns, cluster, min_late_ms := NULL) AS TABLE
+WITH a AS MATERIALIZED (
+    SELECT * FROM rk_arrivals(start_ns, end_ns, cluster) WHERE n = comm_size AND n >= 2
+),
+lateness AS (
+    SELECT cluster_id, median(host_late_ns) AS noise_median_ns, 1.4826 * mad(host_late_ns) AS noise_sigma_ns
+    FROM a WHERE on_primary GROUP BY cluster_id
+),
+step_done AS (SELECT cluster_id, step, min(done_c) AS done_c FROM a WHERE on_primary GROUP BY ALL),
+steps AS (
+    SELECT cluster_id, count(*) AS steps, median(gap) AS step_ns,
+           min(done_c) AS first_done_c, max(done_c) AS last_done_c
+    FROM (SELECT *, done_c - lag(done_c) OVER (PARTITION BY cluster_id ORDER BY step) AS gap FROM step_done)
+    GROUP BY cluster_id
+),
+noise AS (
+    SELECT s.*, l.noise_median_ns, l.noise_sigma_ns,
+           CAST(greatest(coalesce(min_late_ms, 0) * 1e6, coalesce(l.noise_median_ns + 6 * l.noise_sigma_ns, 0),
+                         coalesce(0.1 * s.step_ns, 0), 1e6) AS BIGINT) AS threshold_ns
+    FROM steps s LEFT JOIN lateness l USING (cluster_id)
+),
+inst AS MATERIALIZED (
+    SELECT a.cluster_id, a.comm_key, a.seq_g, any_value(a.pos) AS pos, max(a.host_late_ns) AS last_late_ns,
+           any_value(a.done_c) - any_value(a.ref_c) AS wait_ns,
+           any_value(a.done_c) - max(a.enter_c) AS after_last_ns,
+           max(a.host_late_ns) >= any_value(z.threshold_ns) AS has_late,
+           any_value(z.threshold_ns) AS threshold_ns
+    FROM a JOIN noise z USING (cluster_id)
+    GROUP BY a.cluster_id, a.comm_key, a.seq_g
+),
+slot AS (  -- the slot's normal wait: over instances nobody was late at (else after the last arrival)
+    SELECT cluster_id, comm_key, pos,
+           coalesce(median(wait_ns) FILTER (WHERE NOT has_late), median(after_last_ns)) AS healthy_wait_ns
+    FROM inst GROUP BY ALL
+),
+delayed AS MATERIALIZED (
+    SELECT i.*, s.healthy_wait_ns, i.wait_ns - s.healthy_wait_ns AS delay_ns
+    FROM inst i JOIN slot s USING (cluster_id, comm_key, pos)
+),
+suspects AS MATERIALIZED (  -- pos-0 rows of instances with a delay their host lateness does not explain
+    SELECT a.cluster_id, a.comm_key, a.seq_g, a.rank, a.node_id, a.pid, a.tid, a.prev_c, a.enter_c,
+           a.clock_offset_ns
+    FROM a JOIN delayed d USING (cluster_id, comm_key, seq_g)
+    WHERE d.pos = 0 AND a.prev_c IS NOT NULL
+      AND d.delay_ns >= d.threshold_ns AND d.delay_ns - greatest(d.last_late_ns, 0) >= d.threshold_ns / 2
+),
+reach AS (  -- how many 1 s buckets back an interval can start and still overlap a window
+    SELECT coalesce(max(end_ns - start_ns), 0) // 1000000000 + 1 AS buckets FROM host_activity WHERE kind = 'sync'
+),
+suspect_buckets AS (  -- each window once per 1 s bucket an overlapping interval can start in (raw clock)
+    SELECT s.*, unnest(range((s.prev_c + s.clock_offset_ns) // 1000000000 - r.buckets,
+                             (s.enter_c + s.clock_offset_ns) // 1000000000 + 1)) AS bucket
+    FROM suspects s CROSS JOIN reach r
+),
+presync AS (
+    SELECT s.cluster_id, s.comm_key, s.seq_g, s.rank,
+           coalesce(sum(least(h.end_ns - s.clock_offset_ns, s.enter_c)
+                        - greatest(h.start_ns - s.clock_offset_ns, s.prev_c)), 0) AS presync_ns
+    FROM suspect_buckets s
+    LEFT JOIN host_activity h
+      ON h.node_id = s.node_id AND h.pid = s.pid AND h.tid = s.tid AND h.kind = 'sync'
+     AND h.start_ns // 1000000000 = s.bucket
+     AND h.end_ns - s.clock_offset_ns > s.prev_c AND h.start_ns - s.clock_offset_ns < s.enter_c
+    GROUP BY ALL
+),
+presync_mid AS (
+    SELECT cluster_id, comm_key, seq_g, median(presync_ns) AS mid, max(presync_ns) AS top,
+           arg_max(rank, presync_ns) AS top_rank
+    FROM presync GROUP BY ALL
+),
+excess AS (
+    SELECT p.*, p.presync_ns - m.mid AS sync_excess_ns, p.rank = m.top_rank AS most_sync
+    FROM presync p JOIN presync_mid m USING (cluster_id, comm_key, seq_g)
+)
+SELECT a.*, z.noise_median_ns, z.noise_sigma_ns, z.step_ns, z.steps, z.first_done_c, z.last_done_c,
+       z.threshold_ns, a.host_late_ns >= z.threshold_ns AS host_late,
+       d.wait_ns, d.healthy_wait_ns, d.delay_ns, e.presync_ns, e.sync_excess_ns,
+       CASE WHEN e.most_sync AND e.sync_excess_ns >= z.threshold_ns / 2 THEN d.delay_ns END AS gpu_late_ns
+FROM a
+JOIN noise z USING (cluster_id)
+JOIN delayed d USING (cluster_id, comm_key, seq_g)
+LEFT JOIN excess e USING (cluster_id, comm_key, seq_g, rank);
+
+-- name: rk_noise
+-- Per cluster: the noise the lateness threshold comes from (median and robust sigma of the primary
+-- communicator's arrival lateness), the median step time, the steps seen and threshold_ns.
+CREATE OR REPLACE TEMP MACRO rk_noise(start_ns, end_ns, cluster, min_late_ms := NULL) AS TABLE
+SELECT DISTINCT cluster_id, noise_median_ns, noise_sigma_ns, step_ns, steps, threshold_ns
+FROM rk_lateness(start_ns, end_ns, cluster, min_late_ms);
+
+-- name: rk_instances
+-- One row per complete collective instance: arrival spread, the last rank on the host side and by how
+-- much, the last rank on the GPU side when the GPU rule names one, the delay (what the on-time ranks
+-- waited beyond the slot's normal wait) and the imposed wait in GPU-seconds (the delay times the
+-- ranks that were not late).
+CREATE OR REPLACE TEMP MACRO rk_instances(start_ns, end_ns, cluster, min_late_ms := NULL) AS TABLE
+SELECT cluster_id, comm_key, seq_g, comm_key || ':' || seq_g AS causal_chain_id, any_value(step) AS step,
+       any_value(pos) AS pos, any_value(op) AS op, any_value(bytes) AS bytes, count(*) AS ranks,
+       CAST(min(ref_c) AS BIGINT) AS timestamp_ns,
+       (max(enter_c) - min(enter_c)) / 1e6 AS spread_ms,
+       arg_max(node_id, enter_c) AS last_host_node, arg_max(rank, enter_c) AS last_host_rank,
+       max(host_late_ns) / 1e6 AS last_host_late_ms,
+       arg_max(node_id, gpu_late_ns) AS last_gpu_node, arg_max(rank, gpu_late_ns) AS last_gpu_rank,
+       max(gpu_late_ns) / 1e6 AS gpu_late_ms,
+       any_value(delay_ns) / 1e6 AS delay_ms,
+       any_value(threshold_ns) / 1e6 AS threshold_ms,
+       count(*) FILTER (WHERE host_late OR gpu_late_ns IS NOT NULL) AS late_ranks,
+       CASE WHEN bool_or(host_late OR gpu_late_ns IS NOT NULL)
+            THEN greatest(any_value(delay_ns), 0) / 1e9
+                 * count(*) FILTER (WHERE NOT host_late AND gpu_late_ns IS NULL) ELSE 0 END AS imposed_gpu_s
+FROM rk_lateness(start_ns, end_ns, cluster, min_late_ms)
+GROUP BY cluster_id, comm_key, seq_g;

@@ -1,0 +1,141 @@
+-- Layer 4: late episodes (a rank late at a step) and why it was late.
+-- Cause: what the rank's calling thread did between the end of its previous step (its previous
+-- completion) and its late call, against the median of its on-time peers at the same instance over
+-- their own such windows: time in cudaMalloc/cudaFree (allocator), blocked in its own syncs waiting
+-- for its GPU (slow_gpu), in blocking copies (memcpy), off-CPU while runnable (cpu_contention),
+-- off-CPU sleeping outside CUDA calls (sleeping: data loader, I/O, locks), and the rest of the
+-- window on the CPU (host_compute). The cause is the category with the largest excess.
+
+-- name: rk_episodes
+-- One row per late episode (cluster, node, rank, step): late_by_ns (the worst lateness over the
+-- step's instances, host or GPU), side ('gpu' when the cause is the rank's own GPU), the instance
+-- that opened it (causal_chain_id, timestamp_ns = the rank's call on the reference clock), cause
+-- and the category breakdown of the rank and of its peers' median (ns), imposed_gpu_ns (the delay of
+-- the step's instances it was the last arrival of, times the ranks that waited) and node_size (ranks
+-- of its node in the cluster). Every row also carries its cluster's context (noise, threshold_ns,
+-- steps, step_ns, first/last step completion, the reference node whose clock the times are on); a
+-- cluster without any late episode appears once,
+-- with NULL episode columns, so "no straggler" still comes with the noise it was measured against.
+CREATE OR REPLACE TEMP MACRO rk_episodes(start_ns, end_ns, cluster, min_late_ms := NULL) AS TABLE
+WITH l AS MATERIALIZED (SELECT * FROM rk_lateness(start_ns, end_ns, cluster, min_late_ms)),
+per_inst AS (  -- per instance: how many ranks were late, and who was the latest (the culprit)
+    SELECT cluster_id, comm_key, seq_g,
+           count(*) FILTER (WHERE host_late OR gpu_late_ns IS NOT NULL) AS late_ranks,
+           arg_max(rank, greatest(host_late_ns, coalesce(gpu_late_ns, 0))) AS culprit
+    FROM l GROUP BY ALL
+),
+flagged AS (
+    SELECT l.*, greatest(l.host_late_ns, coalesce(l.gpu_late_ns, 0)) AS late_ns, p.late_ranks,
+           l.rank = p.culprit AS culprit
+    FROM l JOIN per_inst p USING (cluster_id, comm_key, seq_g)
+    WHERE l.host_late OR l.gpu_late_ns IS NOT NULL
+),
+steps AS (
+    SELECT cluster_id, node_id, rank, step,
+           arg_min(comm_key || ':' || seq_g, enter_c) AS causal_chain_id,
+           CAST(min(enter_c) AS BIGINT) AS timestamp_ns,
+           max(late_ns) AS late_by_ns,
+           bool_or(gpu_late_ns IS NOT NULL) AS gpu_named,
+           any_value(threshold_ns) AS threshold_ns,
+           coalesce(max(greatest(delay_ns, 0) * (n - late_ranks)) FILTER (WHERE culprit), 0) AS imposed_gpu_ns,
+           max(delay_ns) AS delay_ns
+    FROM flagged
+    GROUP BY ALL
+),
+late AS MATERIALIZED (  -- per (rank, step): the first late instance opens the episode
+    SELECT DISTINCT ON (cluster_id, node_id, rank, step) cluster_id, node_id, rank, step, comm_key, seq_g
+    FROM l WHERE host_late OR gpu_late_ns IS NOT NULL
+    ORDER BY cluster_id, node_id, rank, step, enter_c
+),
+windows AS MATERIALIZED (
+    SELECT e.cluster_id, e.node_id AS late_node, e.rank AS late_rank, e.step, r.node_id, r.rank, r.pid, r.tid,
+           r.rank = e.rank AND r.node_id = e.node_id AS is_late,
+           coalesce(r.prev_c, r.enter_c - 500000000) AS w_start, r.enter_c AS w_end, r.clock_offset_ns
+    FROM late e
+    JOIN l r ON r.cluster_id = e.cluster_id AND r.comm_key = e.comm_key AND r.seq_g = e.seq_g
+    WHERE (r.rank = e.rank AND r.node_id = e.node_id) OR (NOT r.host_late AND r.gpu_late_ns IS NULL)
+),
+reach AS (  -- how many 1 s buckets back an interval can start and still overlap a window
+    SELECT coalesce(max(end_ns - start_ns), 0) // 1000000000 + 1 AS buckets FROM host_activity
+),
+window_buckets AS (  -- each window once per 1 s bucket an overlapping interval can start in (raw clock)
+    SELECT w.*, unnest(range((w.w_start + w.clock_offset_ns) // 1000000000 - r.buckets,
+                             (w.w_end + w.clock_offset_ns) // 1000000000 + 1)) AS bucket
+    FROM windows w CROSS JOIN reach r
+),
+spent AS (
+    SELECT w.cluster_id, w.late_node, w.late_rank, w.step, w.node_id, w.rank, w.is_late,
+           rk_activity_category(h.kind, h.cuda_call, h.state, h.preempted_by) AS category,
+           least(h.end_ns - w.clock_offset_ns, w.w_end) - greatest(h.start_ns - w.clock_offset_ns, w.w_start) AS ns
+    FROM window_buckets w
+    JOIN host_activity h
+      ON h.node_id = w.node_id AND h.pid = w.pid AND h.tid = w.tid AND h.start_ns // 1000000000 = w.bucket
+     AND h.end_ns - w.clock_offset_ns > w.w_start AND h.start_ns - w.clock_offset_ns < w.w_end
+),
+w AS MATERIALIZED (
+    SELECT *, greatest(window_ns - allocator_ns - slow_gpu_ns - memcpy_ns - cpu_contention_ns - sleeping_ns, 0)
+                  AS host_compute_ns
+    FROM (
+        SELECT w.cluster_id, w.late_node, w.late_rank, w.step, w.node_id, w.rank, w.is_late,
+               w.w_end - w.w_start AS window_ns,
+               coalesce(sum(s.ns) FILTER (WHERE s.category = 'allocator'), 0) AS allocator_ns,
+               coalesce(sum(s.ns) FILTER (WHERE s.category = 'slow_gpu'), 0) AS slow_gpu_ns,
+               coalesce(sum(s.ns) FILTER (WHERE s.category = 'memcpy'), 0) AS memcpy_ns,
+               coalesce(sum(s.ns) FILTER (WHERE s.category = 'cpu_contention'), 0) AS cpu_contention_ns,
+               coalesce(sum(s.ns) FILTER (WHERE s.category = 'sleeping'), 0) AS sleeping_ns
+        FROM windows w
+        LEFT JOIN spent s USING (cluster_id, late_node, late_rank, step, node_id, rank)
+        GROUP BY w.cluster_id, w.late_node, w.late_rank, w.step, w.node_id, w.rank, w.is_late, w.w_start, w.w_end
+    )
+),
+mine AS (SELECT * FROM w WHERE is_late),
+peers AS (
+    SELECT cluster_id, late_node, late_rank, step, count(*) AS peers,
+           median(allocator_ns) AS allocator_ns, median(slow_gpu_ns) AS slow_gpu_ns, median(memcpy_ns) AS memcpy_ns,
+           median(cpu_contention_ns) AS cpu_contention_ns, median(sleeping_ns) AS sleeping_ns,
+           median(host_compute_ns) AS host_compute_ns
+    FROM w WHERE NOT is_late GROUP BY ALL
+),
+excess AS (
+    SELECT m.cluster_id, m.late_node AS node_id, m.late_rank AS rank, m.step,
+           {'allocator': m.allocator_ns, 'slow_gpu': m.slow_gpu_ns, 'memcpy': m.memcpy_ns,
+            'cpu_contention': m.cpu_contention_ns, 'sleeping': m.sleeping_ns,
+            'host_compute': m.host_compute_ns} AS spent_ns,
+           {'allocator': p.allocator_ns, 'slow_gpu': p.slow_gpu_ns, 'memcpy': p.memcpy_ns,
+            'cpu_contention': p.cpu_contention_ns, 'sleeping': p.sleeping_ns,
+            'host_compute': p.host_compute_ns} AS peers_ns,
+           m.allocator_ns - coalesce(p.allocator_ns, 0) AS allocator,
+           m.slow_gpu_ns - coalesce(p.slow_gpu_ns, 0) AS slow_gpu,
+           m.memcpy_ns - coalesce(p.memcpy_ns, 0) AS memcpy,
+           m.cpu_contention_ns - coalesce(p.cpu_contention_ns, 0) AS cpu_contention,
+           m.sleeping_ns - coalesce(p.sleeping_ns, 0) AS sleeping,
+           m.host_compute_ns - coalesce(p.host_compute_ns, 0) AS host_compute
+    FROM mine m LEFT JOIN peers p USING (cluster_id, late_node, late_rank, step)
+),
+top AS (
+    SELECT *,
+           CASE greatest(allocator, slow_gpu, memcpy, cpu_contention, sleeping, host_compute)
+               WHEN allocator THEN 'allocator' WHEN slow_gpu THEN 'slow_gpu' WHEN memcpy THEN 'memcpy'
+               WHEN cpu_contention THEN 'cpu_contention' WHEN sleeping THEN 'sleeping'
+               ELSE 'host_compute' END AS top_category
+    FROM excess
+),
+context AS (
+    SELECT cluster_id, any_value(noise_median_ns) AS noise_median_ns, any_value(noise_sigma_ns) AS noise_sigma_ns,
+           any_value(threshold_ns) AS cluster_threshold_ns, any_value(step_ns) AS step_ns,
+           any_value(steps) AS steps, any_value(first_done_c) AS first_done_c, any_value(last_done_c) AS last_done_c,
+           count(DISTINCT rank) AS cluster_ranks, any_value(reference_node) AS reference_node
+    FROM l GROUP BY cluster_id
+),
+node_sizes AS (SELECT cluster_id, node_id, count(DISTINCT rank) AS node_size FROM l GROUP BY ALL),
+episodes AS (
+    SELECT s.*,
+           CASE WHEN s.gpu_named THEN 'slow_gpu' ELSE t.top_category END AS cause,
+           CASE WHEN s.gpu_named OR t.top_category = 'slow_gpu' THEN 'gpu' ELSE 'host' END AS side,
+           t.spent_ns, t.peers_ns, n.node_size
+    FROM steps s
+    LEFT JOIN top t USING (cluster_id, node_id, rank, step)
+    JOIN node_sizes n USING (cluster_id, node_id)
+)
+SELECT c.*, e.* EXCLUDE (cluster_id)
+FROM context c LEFT JOIN episodes e USING (cluster_id);

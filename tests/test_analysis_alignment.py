@@ -1,0 +1,161 @@
+"""Clock calibration and sequence realignment (echo/queries/layers) on synthetic agent events whose truth
+is exact: node offsets, agents that attached or restarted mid-run, events lost, stored out of order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import duckdb
+import pytest
+
+from echo.store.migrate import migrate
+from echo.store.reader import Reader
+from sim.synthetic import SynFault, SynNode, SyntheticJob, write_job
+
+STEP_MS = 45.0
+
+
+@pytest.fixture
+def con() -> Iterator[duckdb.DuckDBPyConnection]:
+    with duckdb.connect(":memory:") as connection:
+        migrate(connection)
+        yield connection
+
+
+def query(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
+    result = Reader(con).query(sql, max_rows=100_000)
+    return [dict(zip(result.columns, row, strict=True)) for row in result.rows]
+
+
+def offsets_ms(con: duckdb.DuckDBPyConnection) -> dict[str, float]:
+    rows = query(con, "SELECT node_id, offset_ns FROM rk_clock_offsets(NULL, NULL, NULL)")
+    return {r["node_id"]: r["offset_ns"] / 1e6 for r in rows}
+
+
+def instances(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    return query(con, "SELECT comm_key, seq_g, step, n, comm_size FROM rk_arrivals(NULL, NULL, NULL)")
+
+
+def late_steps(con: duckdb.DuckDBPyConnection, min_late_ms: float | None = None) -> dict[Any, list[int]]:
+    rows = query(
+        con,
+        f"SELECT kind, node_id, rank, episode_list FROM rk_stragglers(NULL, NULL, NULL, min_late_ms := "
+        f"{'NULL' if min_late_ms is None else min_late_ms}) WHERE significant",
+    )
+    return {(r["kind"], r["node_id"], r["rank"]): [e["step"] for e in r["episode_list"]] for r in rows}
+
+
+def test_node_offsets_are_recovered_within_a_millisecond(con: duckdb.DuckDBPyConnection) -> None:
+    job = SyntheticJob(nodes=(SynNode("a", 4), SynNode("b", 4, 37.5), SynNode("c", 4, -12.25)), steps=60,
+                       tp_size=4)  # fmt: skip
+    write_job(con, job)
+    got = offsets_ms(con)
+    assert got.keys() == {"a", "b", "c"}
+    for node, expected in {"a": 0.0, "b": 37.5, "c": -12.25}.items():
+        assert got[node] == pytest.approx(expected, abs=1.0)
+    rows = query(
+        con,
+        "SELECT node_id, uncertainty_ns, instances, reference_node FROM rk_clock_offsets(NULL, NULL, NULL)",
+    )
+    assert {r["reference_node"] for r in rows} == {"a"}
+    assert all(r["instances"] >= 60 * 2 * 4 and r["uncertainty_ns"] < 100_000 for r in rows)
+
+
+@pytest.mark.parametrize("offsets", [(0.0, 0.0), (50.0, -50.0), (-50.0, 50.0), (0.0, 49.0)])
+def test_clock_offsets_of_50_ms_change_no_answer(
+    con: duckdb.DuckDBPyConnection, offsets: tuple[float, float]
+) -> None:
+    job = SyntheticJob(
+        nodes=(SynNode("a", 4, offsets[0]), SynNode("b", 4, offsets[1])), steps=120,
+        faults=(SynFault(rank=5, ms=30, every=14, start_step=7), SynFault(rank=1, ms=15, start_step=60)),
+    )  # fmt: skip
+    write_job(con, job)
+    assert late_steps(con) == {
+        ("rank", "b", 5): job.late_steps(5),
+        ("rank", "a", 1): job.late_steps(1),
+    }
+    late = query(
+        con, "SELECT rank, round(median_late_ms) AS ms FROM rk_stragglers(NULL, NULL, NULL) WHERE significant"
+    )
+    assert {r["rank"]: r["ms"] for r in late} == {5: 30, 1: 15}
+
+
+def test_an_agent_that_attached_mid_run_is_realigned_to_the_one_that_did_not(
+    con: duckdb.DuckDBPyConnection,
+) -> None:
+    late_b = SynNode("b", 4, 20.0, attach_step=30, unaligned=True)
+    job = SyntheticJob(nodes=(SynNode("a", 4), late_b), steps=120,
+                       faults=(SynFault(rank=6, ms=40, every=10, start_step=3),))  # fmt: skip
+    write_job(con, job)
+    placed = query(
+        con, "SELECT node_id, comm_key, shift, alignment FROM rk_stream_alignment(NULL, NULL, NULL)"
+    )
+    assert {(p["node_id"], p["alignment"]) for p in placed} == {("a", "aligned"), ("b", "realigned")}
+    # node b's streams land on node a's communicators with the right shifts; its own tensor-parallel
+    # group ("c-tp1") was never seen aligned, so it joins the sibling group with the same shape
+    b = {(p["comm_key"], p["shift"]) for p in placed if p["node_id"] == "b"}
+    assert b == {("c-world", 30 * job.buckets), ("c-tp0", 30)}
+    after_attach = [i for i in instances(con) if i["step"] >= 30]
+    assert after_attach and all(i["n"] == i["comm_size"] for i in after_attach)
+    assert late_steps(con) == {("rank", "b", 6): [s for s in job.late_steps(6) if s >= 30]}
+    assert offsets_ms(con)["b"] == pytest.approx(20.0, abs=1.0)
+
+
+def test_agents_that_all_attached_mid_run_anchor_on_one_of_theirs(con: duckdb.DuckDBPyConnection) -> None:
+    # b's agent attached at step 20, a's at step 27: b's streams are the longest, so they anchor, and a's
+    # are fitted to them (a few calls at the edges of the overlap fit any shift perfectly: ignored)
+    late_a = SynNode("a", 4, 0.0, attach_step=27, unaligned=True)
+    late_b = SynNode("b", 4, -33.0, attach_step=20, unaligned=True)
+    job = SyntheticJob(
+        nodes=(late_a, late_b), steps=100, faults=(SynFault(rank=2, ms=50, every=8, start_step=0),)
+    )
+    write_job(con, job)
+    placed = query(con, "SELECT node_id, alignment FROM rk_stream_alignment(NULL, NULL, NULL)")
+    assert {(p["node_id"], p["alignment"]) for p in placed} == {
+        ("a", "realigned"),
+        ("b", "anchor"),
+        ("b", "realigned"),
+    }
+    rows = [i for i in instances(con) if i["step"] >= 27 - 20]  # a's agent saw steps 27 on
+    assert rows and all(i["n"] == i["comm_size"] for i in rows)
+    # steps count from the first one the anchor observed (no agent saw the start); the period is intact
+    found = late_steps(con)[("rank", "a", 2)]
+    expected = [s - 20 for s in job.late_steps(2) if s >= 27]
+    assert found == expected
+    assert offsets_ms(con)["b"] == pytest.approx(-33.0, abs=1.0)
+
+
+def test_a_restarted_agent_reuses_sequence_numbers_and_still_joins(con: duckdb.DuckDBPyConnection) -> None:
+    # node b's agent restarts at step 50: its second run counts seq from 0 again under new comm ids,
+    # so node b holds two streams per communicator whose sequence numbers overlap
+    job = SyntheticJob(nodes=(SynNode("a", 4), SynNode("b", 4, 5.0, restart_step=50)), steps=110,
+                       faults=(SynFault(rank=7, ms=60, every=12, start_step=2),))  # fmt: skip
+    write_job(con, job)
+    placed = query(
+        con, "SELECT node_id, rank, comm_key, shift, alignment FROM rk_stream_alignment(NULL, NULL, NULL)"
+    )
+    second = [p for p in placed if p["alignment"] == "realigned"]
+    assert {p["node_id"] for p in second} == {"b"} and len(second) == 8
+    assert {(p["comm_key"], p["shift"]) for p in second} == {("c-world", 100), ("c-tp1", 50)}
+    assert all(i["n"] == i["comm_size"] for i in instances(con))
+    assert late_steps(con) == {("rank", "b", 7): job.late_steps(7)}
+
+
+def test_events_lost_or_stored_out_of_order_change_nothing_else(con: duckdb.DuckDBPyConnection) -> None:
+    late_b = SynNode("b", 4, 15.0, attach_step=10, unaligned=True)
+    job = SyntheticJob(nodes=(SynNode("a", 4), late_b), steps=100,
+                       faults=(SynFault(rank=3, ms=35, every=9, start_step=1),))  # fmt: skip
+    write_job(con, job)
+    # lose every 7th collective of rank 4 (a realigned stream) and store the rest in a random order
+    con.execute("DELETE FROM collectives WHERE rank = 4 AND hash(event_id) % 7 = 0")
+    con.execute("CREATE TABLE shuffled AS SELECT * FROM collectives ORDER BY hash(event_id)")
+    con.execute("DELETE FROM collectives")
+    con.execute("INSERT INTO collectives SELECT * FROM shuffled")
+    rows = [i for i in instances(con) if i["step"] >= 10]  # node b's agent saw steps 10 on
+    partial = {(i["comm_key"], i["seq_g"]) for i in rows if i["n"] < i["comm_size"]}
+    assert partial, "the lost rows leave incomplete instances"
+    assert all(i["n"] == i["comm_size"] - 1 for i in rows if (i["comm_key"], i["seq_g"]) in partial)
+    assert offsets_ms(con)["b"] == pytest.approx(15.0, abs=1.0)
+    found = late_steps(con)[("rank", "a", 3)]
+    assert set(found) <= set(job.late_steps(3)) and len(found) >= len(job.late_steps(3)) - 2
