@@ -26,6 +26,12 @@ def _query(args: argparse.Namespace) -> int:
     return main(args)
 
 
+def _diagnose(args: argparse.Namespace) -> int:
+    from echo.diagnose_cmd import main
+
+    return main(args)
+
+
 def add_serve(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "serve",
@@ -113,9 +119,49 @@ def add_query(subparsers: Any) -> None:
     p.set_defaults(handler=_query)
 
 
+def add_diagnose(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "diagnose",
+        help="name the rank (or node) that held the others back: how late, how often, why, what it cost",
+        description="The straggler diagnosis (fleet.cluster.find_stragglers) for a terminal: one paragraph "
+        "per straggler, then a table; --json for scripts. From a store file no Echo holds (--db) or from a "
+        "running Echo over MCP (--endpoint).",
+    )
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--db", metavar="FILE", help="a store file no Echo holds (opened read-only)")
+    source.add_argument(
+        "--endpoint", metavar="URL", help="a running Echo's MCP URL, e.g. http://echo:8000/mcp"
+    )
+    p.add_argument("--window", help="'last 10m', 'START/END' (ISO-8601) or '14:30-14:35' (default: all data)")
+    p.add_argument("--cluster-id", help="only this cluster")
+    p.add_argument(
+        "--min-late-ms",
+        type=float,
+        metavar="MS",
+        help="report only lateness of at least MS (default: the noise)",
+    )
+    p.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="MCP bearer token for --endpoint (else $RANKECHO_MCP_TOKEN, $RANKECHO_TOKEN)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=60.0, metavar="S", help="stop after S seconds (default 60)"
+    )
+    p.add_argument(
+        "--memory-limit",
+        default=QUERY_MEMORY_LIMIT,
+        metavar="SIZE",
+        help=f"with --db (default {QUERY_MEMORY_LIMIT})",
+    )
+    p.set_defaults(handler=_diagnose)
+
+
 def register(subparsers: Any) -> None:
     """Add this package's subcommands to the `rankecho` parser."""
     add_serve(subparsers)
     add_query(subparsers)
+    add_diagnose(subparsers)
     stress_cli.register(subparsers)
     mcp_cli.register(subparsers)

@@ -25,23 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from echo.report import text_table
+
 CLUSTER = "demo-cluster"
 NODES = ("node-a100", "node-h100")
 EVENTS_PER_NODE = 1000
-
-
-def table(rows: Sequence[dict[str, Any]]) -> str:
-    """Rows as an aligned text table (floats to 3 places)."""
-    if not rows:
-        return "  (no rows)"
-    cols = list(rows[0])
-    cells = [[f"{v:.3f}" if isinstance(v, float) else str(v) for v in (r[c] for c in cols)] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-
-    def line(vals: Sequence[str]) -> str:
-        return "  " + " | ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True))
-
-    return "\n".join([line(cols), "  " + "-+-".join("-" * w for w in widths), *(line(r) for r in cells)])
 
 
 def check(failures: list[str], ok: bool, what: str) -> None:
@@ -80,7 +68,7 @@ def run_demo(workdir: Path, keep: Path | None) -> int:
         print(f"\n-- {name}\n{Q[name]};\n")
         rows = query_cli(db, Q[name])
         results[name] = sorted(rows, key=lambda r: str(r.get("node_id", "")))  # display order only
-        print(table(results[name]))
+        print(text_table(results[name]))
     plans = {node: run.plan() for node, run in zip(NODES, runs, strict=True)}
     per_node = {r["node_id"]: r["events"] for r in results["per_node_events"]}
     stragglers = {r["node_id"]: r["straggler_events"] for r in results["stragglers"]}

@@ -31,6 +31,8 @@ TOOLS = {
     "fleet.cluster.find_outlier_nodes",
     "fleet.cluster.run_analysis",
     "fleet.cluster.get_cost",
+    "fleet.cluster.find_stragglers",
+    "fleet.cluster.explain_straggler",
 }
 LAST_NS = START_NS + (ROWS - 1) * STEP_NS
 NOW_NS = LAST_NS + 30 * 10**9

@@ -1,4 +1,4 @@
-"""The fastmcp server: five read-only ``fleet.cluster.*`` tools and the ``rankecho://schema`` resource.
+"""The fastmcp server: seven read-only ``fleet.cluster.*`` tools and the ``rankecho://schema`` resource.
 
 Each tool parses its arguments, calls one :class:`echo.mcp.tools.Investigation` method and returns its
 dict; errors a caller can fix become ``ToolError`` with the fix, anything else is masked (no traces or
@@ -24,16 +24,19 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from echo.guard.refusal import safe_message
+from echo.mcp.diagnosis import DiagnosisError
 from echo.mcp.schema import schema_document
 from echo.mcp.tools import MAX_LIMIT, Investigation, InvestigationError
 
 INSTRUCTIONS = (
-    "rankecho Echo holds every node's GPU/NCCL/scheduler events of a training cluster in one table, "
-    "`events`. To find the rank that stalls a job: call fleet.cluster.summary first (what clusters, "
-    "nodes, metrics and time range exist, which node went quiet), then fleet.cluster.find_outlier_nodes "
-    "on rankecho.health.score, then fleet.cluster.event_history for the outlier node, and "
-    "fleet.cluster.run_analysis for cross-rank SQL (read rankecho://schema first). All tools are "
-    "read-only; results are bounded and say when they were truncated."
+    "rankecho Echo holds every node's GPU/NCCL/scheduler events of a training cluster. To find the rank "
+    "that stalls a job: call fleet.cluster.find_stragglers (which rank or node held the others back, by "
+    "how much, how often, why, at what cost), then fleet.cluster.explain_straggler on one of its late "
+    "episodes for the timeline before that call. fleet.cluster.summary says what is stored (clusters, "
+    "nodes, clock offsets, which agents attached mid-run); fleet.cluster.event_history reads raw events; "
+    "fleet.cluster.run_analysis runs your own SQL (read rankecho://schema first); fleet.cluster.get_cost "
+    "prices GPU time and stalls. All tools are read-only; results are bounded and say when they were "
+    "truncated."
 )
 READ_ONLY = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
@@ -66,7 +69,7 @@ class BearerToken(TokenVerifier):
 def _answer(call: Callable[[], T]) -> T:
     try:
         return call()
-    except InvestigationError as exc:
+    except (InvestigationError, DiagnosisError) as exc:
         raise ToolError(str(exc)) from None
     except Exception as exc:  # a tool answers with a safe message, never a trace
         raise ToolError(f"internal error: {safe_message(exc, 200)}") from None
@@ -89,6 +92,54 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         `behind_newest_s`, most lagging first: a rank stuck in a collective stops reporting), metrics
         with counts, and the time range. Call this first."""
         return _answer(lambda: inv.summary(window))
+
+    @mcp.tool(name="fleet.cluster.find_stragglers", annotations=READ_ONLY)
+    def find_stragglers(
+        window: Window = None,
+        cluster_id: str | None = None,
+        min_late_ms: Annotated[
+            float | None,
+            Field(
+                ge=0,
+                description="Report only lateness of at least this many ms (on top of the job's own "
+                "noise threshold, which always applies). Omit to use the noise threshold alone.",
+            ),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Which rank (or whole node) held the other ranks back in the window, by how much, how often, why,
+        and what it cost. Ranks are compared on the same collective instance after correcting each node's
+        clock from the data, so clock skew does not matter; an agent that attached mid-run is realigned.
+        Per straggler (most imposed wait first): node_id, rank (or kind 'node' with its ranks), side
+        ('host': it called late; 'gpu': its GPU got there late), every late episode (step, causal_chain_id,
+        timestamp_ns on the corrected clock, late_by_ms), share of steps, late_ms median/p95/max, period in
+        steps with a confidence (1 = every step), cause class (allocator, slow_gpu, memcpy, cpu_contention,
+        sleeping, host_compute) with the rank's pre-call time per class against its peers', imposed_gpu_s
+        (GPU-seconds the others waited) and its cost, and what_if (step time had it been on time). Per
+        cluster: the noise level and threshold measured; a healthy job says 'no straggler'. Late episodes
+        too few or small to be told from noise are listed apart under isolated_late_episodes."""
+        return _answer(lambda: inv.diagnosis.find_stragglers(window, cluster_id, min_late_ms))
+
+    @mcp.tool(name="fleet.cluster.explain_straggler", annotations=READ_ONLY)
+    def explain_straggler(
+        node_id: str,
+        rank: int,
+        causal_chain_id: Annotated[
+            str | None, Field(description="The late collective, as find_stragglers lists it.")
+        ] = None,
+        timestamp_ns: Annotated[
+            int | None, Field(description="Or the time of the late call (ns; find_stragglers' timestamp_ns).")
+        ] = None,
+        before_ms: Annotated[float, Field(gt=0, le=60000, description="How far back to look (ms).")] = 500.0,
+        cluster_id: str | None = None,
+    ) -> dict[str, Any]:
+        """What one rank's calling thread did in the before_ms before it entered one collective: its timeline
+        (each CUDA call and off-CPU interval, ms relative to the call), the time per cause class against the
+        median of its on-time peers over the same span, the excess, the dominant cause, and every rank's
+        lateness at that collective. Give causal_chain_id or timestamp_ns from find_stragglers."""
+        return _answer(
+            lambda: inv.diagnosis.explain_straggler(node_id, rank, causal_chain_id, timestamp_ns, before_ms,
+                                                    cluster_id)
+        )  # fmt: skip
 
     @mcp.tool(name="fleet.cluster.event_history", annotations=READ_ONLY)
     def event_history(
@@ -143,7 +194,9 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
     def get_cost(window: Window = None, cluster_id: str | None = None) -> dict[str, Any]:
         """GPU-hours observed per (cluster, node, GPU model) in the window and their cost: each rank is one
         GPU, observed from its first to its last event; the rate per GPU-hour comes from the rates file by
-        the rankecho.gpu.model attribute (default rate when unknown). Returns rows, totals and currency."""
+        the rankecho.gpu.model attribute (default rate when unknown). Also the cost of the stalls: per
+        straggler (as find_stragglers names them), the GPU-seconds the other ranks spent waiting for it
+        times the rate, and that cost projected per day. Returns rows, stalls, totals and currency."""
         return _answer(lambda: inv.get_cost(window, cluster_id))
 
     @mcp.resource(

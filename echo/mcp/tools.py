@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from echo.guard import Refused, check_sql, safe_message
+from echo.mcp.diagnosis import Diagnosis
 from echo.mcp.rates import Rates
 from echo.mcp.sanitize import cap_rows, clean_text, json_safe, parse_attrs
 from echo.mcp.windows import Anchor, Window, WindowError, iso, parse_window
@@ -55,12 +56,15 @@ class Investigation:
         clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self.reader = reader
-        self._rates = rates
+        self.rates = rates
         self._limits = limits
         self._clock_ns = clock_ns
+        self.diagnosis = Diagnosis(self)
+        """find_stragglers, explain_straggler and the stall costs, on this investigation's reader."""
 
-    # -- plumbing ---------------------------------------------------------------------------------
-    def _run(self, name: str, max_rows: int = MAX_LIMIT, **params: Any) -> QueryResult:
+    # -- plumbing (also used by :class:`echo.mcp.diagnosis.Diagnosis`) -----------------------------
+    def run_named(self, name: str, max_rows: int = MAX_LIMIT, **params: Any) -> QueryResult:
+        """Run the named query ``name`` (echo/queries) with ``params``; errors become InvestigationError."""
         query = QUERIES[name]
         if "max_rows" in query.params:
             params["max_rows"] = max_rows + 1  # one extra row tells us more exist
@@ -79,16 +83,18 @@ class Investigation:
         except (QueryError, ReadOnlyViolation) as exc:
             raise InvestigationError(safe_message(exc)) from None
 
-    def _window(self, text: str | None) -> Window:
+    def window(self, text: str | None) -> Window:
+        """The window text resolved against the newest stored event."""
         try:
             if text is None or not text.strip():
                 return Window(None, None)
-            row = self._run("window_anchor").rows[0]
+            row = self.run_named("window_anchor").rows[0]
             return parse_window(text, Anchor(row[0], row[1]))
         except WindowError as exc:
             raise InvestigationError(str(exc)) from None
 
-    def _records(self, result: QueryResult) -> tuple[list[dict[str, Any]], bool]:
+    def records(self, result: QueryResult) -> tuple[list[dict[str, Any]], bool]:
+        """Rows as JSON-safe dicts within the byte budget, and whether anything was cut."""
         rows = [
             dict(zip(unique_names(result.columns), map(json_safe, row), strict=True)) for row in result.rows
         ]
@@ -97,14 +103,16 @@ class Investigation:
 
     # -- tools ------------------------------------------------------------------------------------
     def summary(self, window: str | None = None) -> dict[str, Any]:
-        w = self._window(window)
+        w = self.window(window)
         bounds: dict[str, Any] = {"start_ns": w.start_ns, "end_ns": w.end_ns}
-        totals_row, _ = self._records(self._run("summary_totals", **bounds))
+        totals_row, _ = self.records(self.run_named("summary_totals", **bounds))
         totals = totals_row[0]
         totals["first"], totals["last"] = iso(totals["first_ns"]), iso(totals["last_ns"])
-        nodes, nodes_cut = self._records(self._run("summary_nodes", now_ns=self._clock_ns(), **bounds))
-        ranks, ranks_cut = self._records(self._run("summary_ranks", max_rows=1000, **bounds))
-        metrics, metrics_cut = self._records(self._run("summary_metrics", **bounds))
+        nodes, nodes_cut = self.records(self.run_named("summary_nodes", now_ns=self._clock_ns(), **bounds))
+        ranks, ranks_cut = self.records(self.run_named("summary_ranks", max_rows=1000, **bounds))
+        metrics, metrics_cut = self.records(self.run_named("summary_metrics", **bounds))
+        clock, clock_cut = self.records(self.run_named("clock_offsets", **bounds))
+        alignment, alignment_cut = self.records(self.run_named("stream_alignment", **bounds))
         for node in nodes:
             node["last"] = iso(node["last_ns"])
         clusters: dict[str | None, dict[str, Any]] = {}
@@ -121,7 +129,9 @@ class Investigation:
             "nodes": nodes,
             "ranks": ranks,
             "metrics": metrics,
-            "truncated": nodes_cut or ranks_cut or metrics_cut,
+            "clock": clock,
+            "alignment": alignment,
+            "truncated": nodes_cut or ranks_cut or metrics_cut or clock_cut or alignment_cut,
         }
 
     def event_history(
@@ -133,9 +143,9 @@ class Investigation:
         window: str | None = None,
         limit: int = 1000,
     ) -> dict[str, Any]:
-        w = self._window(window)
+        w = self.window(window)
         limit = _bounded_limit(limit)
-        result = self._run(
+        result = self.run_named(
             "event_history",
             max_rows=limit,
             start_ns=w.start_ns,
@@ -181,8 +191,8 @@ class Investigation:
         if method == "threshold" and threshold is None:
             method, threshold = "mad", 3.0
         k = 3.0 if threshold is None else float(threshold)
-        w = self._window(window)
-        result = self._run(
+        w = self.window(window)
+        result = self.run_named(
             "node_outliers",
             metric=metric,
             method=method,
@@ -192,7 +202,7 @@ class Investigation:
             start_ns=w.start_ns,
             end_ns=w.end_ns,
         )
-        nodes, cut = self._records(result)
+        nodes, cut = self.records(result)
         for node in nodes:
             node["below_fraction"] = node["below"] / node["events"] if node["events"] else 0.0
             node["outlier"] = _is_outlier(node, method)
@@ -226,7 +236,7 @@ class Investigation:
             ) from None
         except (QueryError, ReadOnlyViolation) as exc:
             raise InvestigationError(safe_message(exc)) from None
-        rows, cut = self._records(result)
+        rows, cut = self.records(result)
         return {
             "columns": unique_names(result.columns),
             "rows": rows,
@@ -236,24 +246,25 @@ class Investigation:
         }
 
     def get_cost(self, window: str | None = None, cluster_id: str | None = None) -> dict[str, Any]:
-        w = self._window(window)
-        result = self._run("gpu_hours", start_ns=w.start_ns, end_ns=w.end_ns, cluster_id=cluster_id)
-        rows, cut = self._records(result)
+        w = self.window(window)
+        result = self.run_named("gpu_hours", start_ns=w.start_ns, end_ns=w.end_ns, cluster_id=cluster_id)
+        rows, cut = self.records(result)
         total_hours = total_cost = 0.0
         for row in rows:
-            rate, key = self._rates.rate_for(row["gpu_model"])
+            rate, key = self.rates.rate_for(row["gpu_model"])
             row["rate_per_gpu_hour"], row["rate_key"] = rate, key
             row["cost"] = round(row["gpu_hours"] * rate, 6)
             total_hours += row["gpu_hours"]
             total_cost += row["cost"]
         return {
             "window": w.describe(),
-            "currency": self._rates.currency,
-            "rates_source": self._rates.source,
-            "default_rate_per_gpu_hour": self._rates.default_per_gpu_hour,
+            "currency": self.rates.currency,
+            "rates_source": self.rates.source,
+            "default_rate_per_gpu_hour": self.rates.default_per_gpu_hour,
             "rows": rows,
             "total_gpu_hours": round(total_hours, 6),
             "total_cost": round(total_cost, 6),
+            **self.diagnosis.stall_costs(window, cluster_id),
             "truncated": cut,
         }
 

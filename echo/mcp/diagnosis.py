@@ -1,0 +1,372 @@
+"""The straggler diagnosis, independent of MCP: named analysis queries in, bounded JSON-shaped dicts out.
+
+``find_stragglers`` answers "which rank (or node) held the others back, by how much, how often, why,
+and what did it cost" from the layered SQL in ``echo/queries/layers`` (see docs/analysis.md);
+``explain_straggler`` shows one late call's pre-call timeline against its peers'; ``stall_costs`` prices
+the imposed waits for ``get_cost``. The MCP tools, ``rankecho diagnose`` and the tests all call these.
+
+Usage::
+
+    d = Diagnosis(Investigation(reader, load_rates()))
+    d.find_stragglers("last 10m")["stragglers"][0]["summary"]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from echo.mcp.windows import iso
+
+if TYPE_CHECKING:
+    from echo.mcp.tools import Investigation
+
+MAX_STRAGGLERS = 50
+"""Stragglers returned per call (significant ones first); the rest are counted."""
+MAX_EPISODES = 100
+"""Late episodes listed per straggler (oldest first); the total is always given."""
+MAX_PEERS = 16
+"""Peers whose pre-call windows explain_straggler compares against."""
+MAX_TIMELINE = 200
+"""Intervals of the late rank's timeline returned by explain_straggler."""
+CATEGORIES = ("allocator", "slow_gpu", "memcpy", "cpu_contention", "sleeping", "host_compute")
+CAUSE_TEXT = {
+    "allocator": "in cudaMalloc/cudaFree (allocator)",
+    "slow_gpu": "waiting in its own sync for its busy GPU (slow GPU)",
+    "memcpy": "in blocking copies",
+    "cpu_contention": "off the CPU while runnable (CPU contention)",
+    "sleeping": "sleeping off the CPU outside CUDA calls (data loader, I/O or a lock)",
+    "host_compute": "on the CPU in its own code (host compute)",
+}
+"""What each cause class means, in the words the summaries use."""
+
+
+class DiagnosisError(ValueError):
+    """A request the diagnosis cannot answer as given; the message says what to change."""
+
+
+class Diagnosis:
+    """The diagnosis tools over one :class:`Investigation` (its reader, windows, limits and rates)."""
+
+    def __init__(self, inv: Investigation) -> None:
+        self._inv = inv
+
+    def find_stragglers(
+        self,
+        window: str | None = None,
+        cluster_id: str | None = None,
+        min_late_ms: float | None = None,
+        max_episodes: int = MAX_EPISODES,
+    ) -> dict[str, Any]:
+        """The stragglers of the window; ``max_episodes`` bounds the episodes listed per straggler."""
+        if min_late_ms is not None and not min_late_ms >= 0:
+            raise DiagnosisError(
+                "min_late_ms must be a number of milliseconds >= 0 (omit it to use the noise)"
+            )
+        w = self._inv.window(window)
+        result = self._inv.run_named(
+            "find_stragglers",
+            start_ns=w.start_ns,
+            end_ns=w.end_ns,
+            cluster_id=cluster_id,
+            min_late_ms=min_late_ms,
+        )
+        rows, cut = self._inv.records(result)
+        rates = self._cluster_rates(w.start_ns, w.end_ns, cluster_id)
+        clusters: dict[str, dict[str, Any]] = {}
+        stragglers: list[dict[str, Any]] = []
+        noise: list[dict[str, Any]] = []
+        for row in rows:
+            cluster = clusters.setdefault(row["cluster_id"], _cluster(row))
+            if row["kind"] is None:
+                continue
+            entry = _straggler(
+                row, cluster, rates.get(row["cluster_id"]), self._inv.rates.currency, max_episodes
+            )
+            (stragglers if row["significant"] else noise).append(entry)
+        for cluster in clusters.values():
+            named = [s for s in stragglers if s["cluster_id"] == cluster["cluster_id"]]
+            cluster["verdict"] = (
+                f"{len(named)} straggler{'s' if len(named) != 1 else ''}: "
+                + ", ".join(_who(s) for s in named)
+                if named
+                else f"no straggler (noise: lateness sigma {cluster['noise']['sigma_ms']} ms, "
+                f"threshold {cluster['noise']['threshold_ms']} ms)"
+            )
+        return {
+            "window": w.describe(),
+            "clusters": list(clusters.values()),
+            "stragglers": stragglers[:MAX_STRAGGLERS],
+            "stragglers_total": len(stragglers),
+            "isolated_late_episodes": [
+                {k: s[k] for k in ("cluster_id", "node_id", "rank", "episodes_total", "late_ms")}
+                for s in noise
+            ][:MAX_STRAGGLERS],
+            "truncated": cut or len(stragglers) > MAX_STRAGGLERS,
+        }
+
+    def explain_straggler(
+        self,
+        node_id: str,
+        rank: int,
+        causal_chain_id: str | None = None,
+        timestamp_ns: int | None = None,
+        before_ms: float = 500.0,
+        cluster_id: str | None = None,
+    ) -> dict[str, Any]:
+        if causal_chain_id is None and timestamp_ns is None:
+            raise DiagnosisError(
+                "give causal_chain_id or timestamp_ns of the late call (find_stragglers lists both)"
+            )
+        if not 0 < before_ms <= 60_000:
+            raise DiagnosisError("before_ms must be between 0 and 60000")
+        at_ns = timestamp_ns
+        if causal_chain_id is not None and at_ns is None:
+            found = self._inv.run_named("locate_call", node_id=node_id, rank=rank, chain=causal_chain_id).rows
+            at_ns = int(found[0][1]) if found else None
+        span = 60_000_000_000
+        start, end = (at_ns - span, at_ns + span) if at_ns is not None else (None, None)
+        arrival = self._inv.run_named(
+            "explain_arrival",
+            start_ns=start,
+            end_ns=end,
+            cluster_id=cluster_id,
+            node_id=node_id,
+            rank=rank,
+            at_ns=at_ns,
+            chain=causal_chain_id,
+        )
+        ranks, _ = self._inv.records(arrival)
+        target = next((r for r in ranks if r["is_target"]), None)
+        if target is None:
+            raise DiagnosisError(
+                f"no complete collective of rank {rank} on {node_id} near that call: check node_id and rank "
+                "(fleet.cluster.summary lists them) and pass a causal_chain_id or timestamp_ns from "
+                "find_stragglers"
+            )
+        before_ns = int(before_ms * 1e6)
+        peers = [r for r in ranks if not r["is_target"] and not _late(r)][:MAX_PEERS]
+        windows = [_window(r, before_ns) for r in [target, *peers]]
+        breakdown, _ = self._inv.records(self._inv.run_named("explain_breakdown", windows=windows))
+        by_thread = {(b["node_id"], b["pid"], b["tid"]): b for b in breakdown}
+        mine = _categories(by_thread.get((target["node_id"], target["pid"], target["tid"])))
+        peer_rows = [_categories(by_thread.get((p["node_id"], p["pid"], p["tid"]))) for p in peers]
+        peer_median = {c: _median([p[c] for p in peer_rows]) for c in CATEGORIES}
+        excess = {c: round(mine[c] - (peer_median[c] or 0.0), 3) for c in CATEGORIES}
+        top = max(CATEGORIES, key=lambda c: excess[c])
+        w = windows[0]
+        timeline, cut = self._inv.records(
+            self._inv.run_named(
+                "explain_timeline",
+                max_rows=MAX_TIMELINE,
+                node_id=node_id,
+                pid=target["pid"],
+                tid=target["tid"],
+                from_ns=w["from_ns"],
+                to_ns=w["to_ns"],
+            )
+        )
+        late_ms = max(target["host_late_ms"] or 0.0, target["gpu_late_ms"] or 0.0)
+        return {
+            "node_id": node_id,
+            "rank": rank,
+            "causal_chain_id": target["causal_chain_id"],
+            "rank_chain_id": target["rank_chain_id"],
+            "timestamp_ns": int(target["enter_c"]),
+            "time": iso(int(target["enter_c"])),
+            "step": target["step"],
+            "late_by_ms": round(late_ms, 3),
+            "host_late_ms": _round(target["host_late_ms"]),
+            "gpu_late_ms": _round(target["gpu_late_ms"]),
+            "threshold_ms": _round(target["threshold_ms"]),
+            "delay_ms": _round(target["delay_ms"]),
+            "before_ms": before_ms,
+            "breakdown_ms": mine,
+            "peers_median_ms": peer_median,
+            "excess_ms": excess,
+            "cause": top if late_ms >= (target["threshold_ms"] or 0) else None,
+            "explanation": _explain(
+                node_id, rank, late_ms, target, top, excess, mine, peer_median, before_ms
+            ),
+            "peers_compared": len(peers),
+            "timeline": timeline,
+            "timeline_truncated": cut,
+            "arrivals": [
+                {"node_id": r["node_id"], "rank": r["rank"], "host_late_ms": _round(r["host_late_ms"]),
+                 "gpu_late_ms": _round(r["gpu_late_ms"])}
+                for r in ranks
+            ],
+        }  # fmt: skip
+
+    def stall_costs(self, window: str | None = None, cluster_id: str | None = None) -> dict[str, Any]:
+        found = self.find_stragglers(window, cluster_id)
+        stalls = [
+            {k: s[k] for k in ("cluster_id", "kind", "node_id", "rank", "imposed_gpu_s")} | s["cost"]
+            for s in found["stragglers"]
+        ]
+        return {
+            "stalls": stalls,
+            "stall_cost_total": round(sum(s["cost"] for s in stalls), 6),
+            "stall_cost_per_day": round(sum(s["cost_per_day"] or 0.0 for s in stalls), 6),
+        }
+
+    def _cluster_rates(
+        self, start_ns: int | None, end_ns: int | None, cluster_id: str | None
+    ) -> dict[str, float]:
+        """Per cluster, the hourly rate of its most-used GPU model (the GPUs that wait are of that kind)."""
+        rows, _ = self._inv.records(
+            self._inv.run_named("gpu_hours", start_ns=start_ns, end_ns=end_ns, cluster_id=cluster_id)
+        )
+        best: dict[str, tuple[float, str | None]] = {}
+        for row in rows:
+            if row["gpu_model"] is None and row["cluster_id"] in best:
+                continue
+            if row["cluster_id"] not in best or row["gpu_hours"] > best[row["cluster_id"]][0]:
+                best[row["cluster_id"]] = (row["gpu_hours"], row["gpu_model"])
+        return {cluster: self._inv.rates.rate_for(model)[0] for cluster, (_, model) in best.items()}
+
+
+def _cluster(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "cluster_id": row["cluster_id"],
+        "ranks": row["cluster_ranks"],
+        "steps": row["steps"],
+        "step_ms": _round(row["step_ns"] / 1e6 if row["step_ns"] is not None else None),
+        "noise": {
+            "median_ms": _round(_ms(row["noise_median_ns"])),
+            "sigma_ms": _round(_ms(row["noise_sigma_ns"])),
+            "threshold_ms": _round(_ms(row["threshold_ns"])),
+        },
+        "window_ms": _round(row["window_ms"]),
+        "reference_node": row["reference_node"],
+    }
+
+
+def _straggler(
+    row: dict[str, Any], cluster: dict[str, Any], rate: float | None, currency: str, max_episodes: int
+) -> dict[str, Any]:
+    episodes = row["episode_list"] or []
+    for e in episodes:
+        e["time"] = iso(e["timestamp_ns"])
+    window_s = (row["window_ms"] or 0.0) / 1000.0
+    imposed = row["imposed_gpu_s"] or 0.0
+    cost = imposed / 3600.0 * (rate or 0.0)
+    entry = {
+        "cluster_id": row["cluster_id"],
+        "kind": row["kind"],
+        "node_id": row["node_id"],
+        "rank": row["rank"],
+        "ranks": row["ranks"],
+        "side": row["side"],
+        "episodes": episodes[:max_episodes],
+        "episodes_total": row["episodes"],
+        "share_of_steps": _round(row["share"], 4),
+        "late_ms": {"median": _round(row["median_late_ms"]), "p95": _round(row["p95_late_ms"]),
+                    "max": _round(row["max_late_ms"])},
+        "period": {"steps": row["period"], "confidence": _round(row["period_confidence"], 3)}
+        if row["period"] is not None and (row["period_confidence"] or 0) >= 0.5 else None,
+        "cause": {
+            "class": row["cause"],
+            "counts": row["causes"] or {},
+            "evidence_ms": {"rank": _ns_to_ms(row["spent_ns"]), "peers_median": _ns_to_ms(row["peers_ns"])},
+        },
+        "imposed_gpu_s": _round(imposed),
+        "cost": {"currency": currency, "rate_per_gpu_hour": rate, "cost": round(cost, 6),
+                 "cost_per_day": round(cost * 86400 / window_s, 6) if window_s > 0 else None},
+        "what_if": {"step_ms_actual": _round(row["step_ms_actual"]),
+                    "step_ms_if_on_time": _round(row["step_ms_if_on_time"]),
+                    "slowdown": _round(row["slowdown"], 4)},
+    }  # fmt: skip
+    entry["summary"] = _summary(entry, cluster)
+    return entry
+
+
+def _who(s: dict[str, Any]) -> str:
+    if s["kind"] == "node":
+        return f"node {s['node_id']} (ranks {', '.join(map(str, s['ranks']))})"
+    return f"rank {s['rank']} on {s['node_id']}"
+
+
+def _summary(s: dict[str, Any], cluster: dict[str, Any]) -> str:
+    period = s["period"]
+    how_often = (
+        "at every step" if period and period["steps"] == 1 else
+        f"every {period['steps']} steps" if period else "irregularly"
+    )  # fmt: skip
+    cause = s["cause"]["class"]
+    ev = s["cause"]["evidence_ms"]
+    spent = (ev["rank"] or {}).get(cause)
+    peers = (ev["peers_median"] or {}).get(cause)
+    evidence = (
+        f" ({spent:.0f} ms vs the peers' {peers:.0f} ms)" if spent is not None and peers is not None else ""
+    )
+    wi = s["what_if"]
+    what_if = (
+        f"; without it a step would take {wi['step_ms_if_on_time']:.1f} ms instead of "
+        f"{wi['step_ms_actual']:.1f} ms"
+        f" (x{wi['slowdown']:.3f})"
+        if wi["step_ms_if_on_time"] and wi["step_ms_actual"] and wi["slowdown"] else ""
+    )  # fmt: skip
+    side = "its GPU reached" if s["side"] == "gpu" else "it entered"
+    return (
+        f"{_who(s)}: {side} the collective a median {s['late_ms']['median']:.1f} ms late at "
+        f"{s['episodes_total']} of {cluster['steps']} steps ({how_often}); before each it was mostly "
+        f"{CAUSE_TEXT.get(cause, cause)}{evidence}. The other ranks waited {s['imposed_gpu_s']:.2f} GPU-s "
+        f"({s['cost']['cost']:.4f} {s['cost']['currency']}){what_if}."
+    )
+
+
+def _explain(
+    node_id: str, rank: int, late_ms: float, target: dict[str, Any], top: str, excess: dict[str, float],
+    mine: dict[str, float], peers: dict[str, float | None], before_ms: float,
+) -> str:  # fmt: skip
+    if late_ms < (target["threshold_ms"] or 0):
+        return (f"rank {rank} on {node_id} was not late at this call ({late_ms:.1f} ms, threshold "
+                f"{target['threshold_ms']:.1f} ms)")  # fmt: skip
+    return (
+        f"rank {rank} on {node_id} was {late_ms:.1f} ms late; in the {before_ms:.0f} ms before the call it "
+        f"spent "
+        f"{mine[top]:.1f} ms {CAUSE_TEXT[top]} against its peers' median {peers[top] or 0:.1f} ms "
+        f"(+{excess[top]:.1f} ms)"
+    )
+
+
+def _late(row: dict[str, Any]) -> bool:
+    threshold = row["threshold_ms"] or 0.0
+    return (row["host_late_ms"] or 0.0) >= threshold or row["gpu_late_ms"] is not None
+
+
+def _window(row: dict[str, Any], before_ns: int) -> dict[str, Any]:
+    to_ns = int(row["enter_c"] + row["clock_offset_ns"])  # back on the node's own clock
+    return {
+        "node_id": row["node_id"],
+        "pid": row["pid"],
+        "tid": row["tid"],
+        "from_ns": to_ns - before_ns,
+        "to_ns": to_ns,
+    }
+
+
+def _categories(row: dict[str, Any] | None) -> dict[str, float]:
+    return {c: round(float(row[f"{c}_ms"]), 3) if row else 0.0 for c in CATEGORIES}
+
+
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return round(ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2, 3)
+
+
+def _ns_to_ms(value: Any) -> dict[str, float | None] | None:
+    if not isinstance(value, dict):
+        return None
+    return {k: (round(v / 1e6, 3) if v is not None else None) for k, v in value.items()}
+
+
+def _ms(ns: float | None) -> float | None:
+    return ns / 1e6 if ns is not None else None
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return round(float(value), digits) if value is not None else None

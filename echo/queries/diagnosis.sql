@@ -1,0 +1,93 @@
+-- Named queries behind the diagnosis tools (find_stragglers, explain_straggler, the clock section of
+-- summary, the stall costs of get_cost) and `rankecho diagnose`. Each is a thin call of the analysis
+-- layers (echo/queries/layers/); $start_ns / $end_ns NULL = open window, $cluster_id NULL = every
+-- cluster, $min_late_ms NULL = the threshold comes from the job's own noise alone.
+
+-- name: find_stragglers
+-- The stragglers of every cluster in the window (rk_stragglers), significant ones first, by imposed
+-- wait; a cluster without any appears once with kind NULL and its noise level.
+SELECT *
+FROM rk_stragglers($start_ns, $end_ns, $cluster_id, min_late_ms := $min_late_ms)
+LIMIT $max_rows;
+
+-- name: clock_offsets
+-- Per (cluster, node): the clock offset estimated from the collectives' common completions, with its
+-- uncertainty, the instances it rests on and the reference node (offset 0).
+SELECT cluster_id, node_id, ranks, offset_ns / 1e6 AS offset_ms, uncertainty_ns / 1e6 AS uncertainty_ms,
+       instances, reference_node
+FROM rk_clock_offsets($start_ns, $end_ns, NULL)
+ORDER BY cluster_id, node_id
+LIMIT $max_rows;
+
+-- name: stream_alignment
+-- Per (cluster, how streams were placed on the common numbering): streams and calls. Anything but
+-- 'aligned' means an agent attached mid-run or restarted; 'unmatched' streams are left out.
+SELECT cluster_id, alignment, count(*) AS streams, sum(calls) AS calls,
+       list(DISTINCT node_id ORDER BY node_id) AS nodes, max(fit_ns) / 1e6 AS worst_fit_ms
+FROM rk_stream_alignment($start_ns, $end_ns, NULL)
+GROUP BY ALL
+ORDER BY cluster_id, alignment
+LIMIT $max_rows;
+
+-- name: locate_call
+-- The node-clock time of ($node_id, $rank)'s collective with causal_chain_id $chain as the agent
+-- sent it (a realigned id is resolved by explain_arrival).
+SELECT cluster_id, enter_ns
+FROM collectives
+WHERE node_id = $node_id AND rank = $rank AND causal_chain_id = $chain
+ORDER BY enter_ns
+LIMIT 1;
+
+-- name: explain_arrival
+-- The collective instance ($node_id, $rank) called nearest $at_ns (its node's clock), or the one whose
+-- realigned id is $chain: every rank's arrival at it on the reference clock, with lateness, the GPU
+-- rule's verdict and which row is the rank asked about (is_target).
+WITH l AS MATERIALIZED (SELECT * FROM rk_lateness($start_ns, $end_ns, $cluster_id)),
+target AS (
+    SELECT cluster_id, comm_key, seq_g
+    FROM l
+    WHERE node_id = $node_id AND rank = $rank
+    ORDER BY (comm_key || ':' || seq_g) IS DISTINCT FROM $chain,
+             abs(enter_c + clock_offset_ns - coalesce($at_ns, enter_c + clock_offset_ns))
+    LIMIT 1
+)
+SELECT l.cluster_id, l.node_id, l.rank, l.pid, l.tid, l.comm_key || ':' || l.seq_g AS causal_chain_id,
+       l.causal_chain_id AS rank_chain_id, l.step, l.op, l.bytes, l.n, l.enter_c, l.clock_offset_ns,
+       l.host_late_ns / 1e6 AS host_late_ms, l.gpu_late_ns / 1e6 AS gpu_late_ms, l.delay_ns / 1e6 AS delay_ms,
+       l.threshold_ns / 1e6 AS threshold_ms, l.presync_ns / 1e6 AS presync_ms,
+       (l.node_id = $node_id AND l.rank = $rank) AS is_target
+FROM l JOIN target t USING (cluster_id, comm_key, seq_g)
+ORDER BY l.enter_c;
+
+-- name: explain_timeline
+-- What one thread did in [$from_ns, $to_ns) (its node's clock): each interval with its category,
+-- start relative to $to_ns (ms, negative = before) and length, clipped to the window.
+SELECT kind, cuda_call, state, rk_activity_category(kind, cuda_call, state, preempted_by) AS category,
+       (greatest(start_ns, $from_ns) - $to_ns) / 1e6 AS start_ms,
+       (least(end_ns, $to_ns) - greatest(start_ns, $from_ns)) / 1e6 AS ms
+FROM host_activity
+WHERE node_id = $node_id AND pid = $pid AND tid = $tid AND end_ns > $from_ns AND start_ns < $to_ns
+ORDER BY start_ns
+LIMIT $max_rows;
+
+-- name: explain_breakdown
+-- For each window in $windows (a list of {node_id, pid, tid, from_ns, to_ns}, node clocks): the time
+-- its thread spent in each category (ms); host_compute_ms is what no interval covers.
+WITH w AS (SELECT unnest($windows, recursive := true)),
+spent AS (
+    SELECT w.node_id, w.pid, w.tid, w.from_ns, w.to_ns, rk_activity_category(h.kind, h.cuda_call, h.state, h.preempted_by) AS category,
+           least(h.end_ns, w.to_ns) - greatest(h.start_ns, w.from_ns) AS ns
+    FROM w JOIN host_activity h
+      ON h.node_id = w.node_id AND h.pid = w.pid AND h.tid = w.tid AND h.end_ns > w.from_ns AND h.start_ns < w.to_ns
+)
+SELECT w.node_id, w.pid, w.tid, (w.to_ns - w.from_ns) / 1e6 AS window_ms,
+       coalesce(sum(s.ns) FILTER (WHERE s.category = 'allocator'), 0) / 1e6 AS allocator_ms,
+       coalesce(sum(s.ns) FILTER (WHERE s.category = 'slow_gpu'), 0) / 1e6 AS slow_gpu_ms,
+       coalesce(sum(s.ns) FILTER (WHERE s.category = 'memcpy'), 0) / 1e6 AS memcpy_ms,
+       coalesce(sum(s.ns) FILTER (WHERE s.category = 'cpu_contention'), 0) / 1e6 AS cpu_contention_ms,
+       coalesce(sum(s.ns) FILTER (WHERE s.category = 'sleeping'), 0) / 1e6 AS sleeping_ms,
+       greatest(w.to_ns - w.from_ns - coalesce(sum(s.ns) FILTER (WHERE s.category IS NOT NULL), 0), 0) / 1e6
+           AS host_compute_ms
+FROM w LEFT JOIN spent s USING (node_id, pid, tid, from_ns, to_ns)
+GROUP BY w.node_id, w.pid, w.tid, w.from_ns, w.to_ns
+LIMIT $max_rows;

@@ -1,0 +1,85 @@
+"""Diagnosis results rendered for a person at a terminal: one paragraph per straggler, then a table.
+
+The same dicts the MCP tools return (:mod:`echo.mcp.diagnosis`) come in; nothing is recomputed here.
+``rankecho diagnose`` and the demo print with it.
+
+Usage::
+
+    print(render_stragglers(Diagnosis(inv).find_stragglers("last 10m")))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def text_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Rows as an aligned text table (floats to 3 places)."""
+    if not rows:
+        return "  (no rows)"
+    cols = list(rows[0])
+    cells = [[f"{v:.3f}" if isinstance(v, float) else str(v) for v in (r[c] for c in cols)] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+
+    def line(vals: Sequence[str]) -> str:
+        return "  " + " | ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True))
+
+    return "\n".join([line(cols), "  " + "-+-".join("-" * w for w in widths), *(line(r) for r in cells)])
+
+
+def _who(s: dict[str, Any]) -> str:
+    return f"node {s['node_id']}" if s["kind"] == "node" else f"rank {s['rank']} ({s['node_id']})"
+
+
+def straggler_rows(stragglers: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One table row per straggler, the columns a person scans first."""
+    rows = []
+    for s in stragglers:
+        period = s["period"]
+        rows.append(
+            {
+                "straggler": _who(s),
+                "side": s["side"],
+                "episodes": s["episodes_total"],
+                "share": f"{100 * (s['share_of_steps'] or 0):.1f}%",
+                "late ms (median/p95)": f"{s['late_ms']['median']:.1f}/{s['late_ms']['p95']:.1f}",
+                "every": (period["steps"] if period else "-"),
+                "cause": s["cause"]["class"],
+                "imposed GPU-s": s["imposed_gpu_s"],
+                "slowdown": f"x{s['what_if']['slowdown']:.3f}" if s["what_if"]["slowdown"] else "-",
+            }
+        )
+    return rows
+
+
+def render_stragglers(result: dict[str, Any]) -> str:
+    """The whole answer of find_stragglers as text."""
+    window = result["window"]
+    span = "all stored data" if window["start"] is None and window["end"] is None else (
+        f"{window['start'] or 'the start'} to {window['end'] or 'now'}"
+    )  # fmt: skip
+    out = [f"Stragglers over {span}"]
+    for cluster in result["clusters"]:
+        noise = cluster["noise"]
+        out.append(
+            f"\ncluster {cluster['cluster_id']}: {cluster['ranks']} ranks, {cluster['steps']} steps of "
+            f"{cluster['step_ms']} ms (median); lateness threshold {noise['threshold_ms']} ms from the job's "
+            f"noise (sigma {noise['sigma_ms']} ms); times on {cluster['reference_node']}'s clock"
+        )
+        out.append(f"  {cluster['verdict']}")
+        named = [s for s in result["stragglers"] if s["cluster_id"] == cluster["cluster_id"]]
+        for s in named:
+            out.append(f"\n  {s['summary']}")
+        if named:
+            out.append("\n" + text_table(straggler_rows(named)))
+        isolated = [x for x in result["isolated_late_episodes"] if x["cluster_id"] == cluster["cluster_id"]]
+        if isolated:
+            listed = ", ".join(
+                f"rank {x['rank']} ({x['episodes_total']}, max {x['late_ms']['max']:.0f} ms)"
+                for x in isolated
+            )
+            out.append(f"\n  isolated late episodes, too few or small to tell from noise: {listed}")
+    if result["truncated"]:
+        out.append("\n(more stragglers than shown: narrow the window or pass --cluster-id)")
+    return "\n".join(out)
