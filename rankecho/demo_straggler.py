@@ -1,11 +1,13 @@
-"""The straggler demo: a simulated 8-rank job on 2 nodes, one real eBPF agent per node, one Echo, and
-an MCP client that finds the rank holding everyone back, how often, and what it was doing.
+"""The straggler demo: a simulated 8-rank job on 2 nodes whose clocks disagree, one real eBPF agent per
+node, one Echo, and an MCP client that asks which rank held the others back, how often, why, and what
+it cost.
 
 Steps: start ``rankecho serve`` (OTLP + MCP over HTTP, bearer token); run ``rankecho sim`` on
 ``sim/scenarios/seed-rank5.yaml`` with ``--agent-endpoint`` (each node's agent attaches uprobes to that
-node's copy of the fake libnccl/libcudart before its ranks start); then, as an AI agent would, call
-``fleet.cluster.find_outlier_nodes`` and ``fleet.cluster.run_analysis`` with the straggler example
-queries from the schema resource; compare the answer with the simulator's ground truth.
+node's copy of the fake libnccl/libcudart before its ranks start), with node-h100's clock set 40 ms
+ahead; then, as an AI agent would, call ``fleet.cluster.find_stragglers`` and
+``fleet.cluster.explain_straggler`` on its first episode, and score the answer against the simulator's
+ground truth (``sim/score.py``).
 
 Needs root, bcc and tracefs (``rankecho agent check`` says what is missing); skipped with the reason
 otherwise. Usage::
@@ -25,12 +27,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shared.contract import M_HEALTH as HEALTH
+import yaml
+
+from echo.report import render_stragglers
 
 SCENARIO = Path(__file__).resolve().parent.parent / "sim" / "scenarios" / "seed-rank5.yaml"
 SIM_LIB = Path(__file__).resolve().parent.parent / "sim" / "build" / "libnccl.so.2"
 STEPS = 100
-QUERIES = ("example_late_ranks", "example_late_steps", "example_before_late_entry")
+SKEW_MS = 40.0
+"""node-h100's clock runs this far ahead of node-a100's: the answer must not notice."""
 
 
 def missing_prerequisite() -> str | None:
@@ -48,33 +53,45 @@ def missing_prerequisite() -> str | None:
     return None
 
 
+def skewed_scenario(workdir: Path) -> Path:
+    """The seed scenario with node-h100's clock SKEW_MS ahead."""
+    raw = yaml.safe_load(SCENARIO.read_text())
+    for node in raw["nodes"]:
+        if node["id"] == "node-h100":
+            node["clock_offset_ms"] = SKEW_MS
+    path = workdir / "seed-rank5-skewed.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
 async def investigate(mcp_url: str, token: str) -> dict[str, Any]:
     """What an AI agent would call, through a real MCP client over streamable HTTP."""
     from fastmcp import Client
 
-    from echo.queries import QUERIES as NAMED
-
     async with Client(mcp_url, auth=token) as client:
-        outliers = await client.call_tool(
-            "fleet.cluster.find_outlier_nodes", {"metric": HEALTH, "threshold": 0.4}
-        )
-        answers = {"outliers": outliers.structured_content}
-        for name in QUERIES:
-            result = await client.call_tool("fleet.cluster.run_analysis", {"sql": NAMED[name].sql})
-            answers[name] = (result.structured_content or {}).get("rows", [])
+        found = (await client.call_tool("fleet.cluster.find_stragglers", {})).structured_content or {}
+        answers: dict[str, Any] = {"find_stragglers": found, "explain_straggler": None}
+        if found.get("stragglers"):
+            top = found["stragglers"][0]
+            episode = top["episodes"][0]
+            explained = await client.call_tool(
+                "fleet.cluster.explain_straggler",
+                {
+                    "node_id": top["node_id"],
+                    "rank": top["rank"],
+                    "causal_chain_id": episode["causal_chain_id"],
+                },
+            )
+            answers["explain_straggler"] = explained.structured_content
+        cost = (await client.call_tool("fleet.cluster.get_cost", {})).structured_content or {}
+        answers["get_cost"] = {k: cost.get(k) for k in ("stalls", "stall_cost_total", "stall_cost_per_day")}
         return answers
-
-
-def show(title: str, rows: list[dict[str, Any]]) -> None:
-    from rankecho.demo import table
-
-    print(f"\n-- {title}")
-    print(table(rows))
 
 
 def run_straggler_demo(workdir: Path) -> int:
     from echo.stress.server import EchoProcess
     from rankecho.demo import check
+    from sim.score import CAUSE_TO_FAULT, periods, predictions_from, score
 
     why_not = missing_prerequisite()
     if why_not:
@@ -82,46 +99,62 @@ def run_straggler_demo(workdir: Path) -> int:
         return 0
     started, token = time.monotonic(), secrets.token_hex(16)
     truth_path = workdir / "truth.json"
+    scenario = skewed_scenario(workdir)
     print(f"1. Starting Echo (OTLP + MCP over HTTP) on {workdir / 'straggler.db'}")
     with EchoProcess(workdir / "straggler.db", token=token, log=workdir / "echo.log") as echo:
-        print(f"2. Simulating {SCENARIO.name}: 8 ranks on 2 nodes, {STEPS} steps, one eBPF agent per node")
+        print(f"2. Simulating {SCENARIO.name}: 8 ranks on 2 nodes, {STEPS} steps, one eBPF agent per node, "
+              f"node-h100's clock {SKEW_MS:g} ms ahead")  # fmt: skip
         sim = subprocess.run(
-            [sys.executable, "-m", "rankecho", "sim", str(SCENARIO), "--steps", str(STEPS),
+            [sys.executable, "-m", "rankecho", "sim", str(scenario), "--steps", str(STEPS),
              "--agent-endpoint", echo.otlp_grpc, "--token", token,
              "--ground-truth", str(truth_path), "--run-dir", str(workdir / "run")],
             check=False,
-        )
+        )  # fmt: skip
         if sim.returncode != 0:
             print(f"\nVERDICT: FAIL: rankecho sim exited {sim.returncode} (logs under {workdir / 'run'})")
             return 1
         mcp_url = f"http://{echo.listening['mcp_http']}/mcp"
         print(f"3. Investigating through MCP at {mcp_url}")
         answers = asyncio.run(investigate(mcp_url, token))
-    outlier_nodes = (answers["outliers"] or {}).get("outliers", [])
-    print(f"\n-- fleet.cluster.find_outlier_nodes(metric={HEALTH}, threshold=0.4): {outlier_nodes}")
-    for name in QUERIES:
-        show(f"fleet.cluster.run_analysis({name})", answers[name])
+    found = answers["find_stragglers"]
+    print("\n-- fleet.cluster.find_stragglers()")
+    print(render_stragglers(found))
+    explained = answers["explain_straggler"]
+    if explained:
+        print("\n-- fleet.cluster.explain_straggler(first episode)")
+        print(f"  {explained['explanation']}")
+    print(f"\n-- fleet.cluster.get_cost(): stalls {json.dumps(answers['get_cost'])}")
 
-    truth = json.loads(truth_path.read_text())["stragglers_by_rank"]
-    late = answers["example_late_steps"]
+    truth = json.loads(truth_path.read_text())
     print("\n4. Checks against the simulator's ground truth")
     failures: list[str] = []
-    found = {str(r["rank"]): list(r["steps"]) for r in late}
-    expected = {rank: entry["steps"] for rank, entry in truth.items()}
-    check(failures, found == expected, f"late ranks and steps {found} == ground truth {expected}")
-    top = answers["example_before_late_entry"][:1]
-    cause = top[0]["activity"] if top else "nothing"
-    truth_causes = sorted({c for entry in truth.values() for c in entry["causes"]})
-    check(failures, bool(top) and "alloc_stall" in truth_causes and cause == "cudaMalloc",
-          f"largest activity before the late entries ({cause}) matches the injected cause {truth_causes}")
+    s = score(truth, predictions_from(truth, found))
+    check(failures, s.precision >= 0.95 and s.recall >= 0.95,
+          f"late episodes: precision {s.precision:.3f}, recall {s.recall:.3f} "
+          f"({s.true_positives} found, {s.false_positives} wrong, {s.false_negatives} missed)")  # fmt: skip
+    expected_periods = periods(truth, found)
+    check(
+        failures,
+        all(e == g for _, e, g in expected_periods),
+        f"period (who, expected, found): {expected_periods}",
+    )
+    named = [(x["node_id"], x["rank"]) for x in found.get("stragglers", [])]
+    check(failures, named == [("node-h100", 5)], f"the one straggler named is rank 5 on node-h100: {named}")
+    cause = found["stragglers"][0]["cause"]["class"] if named else None
+    check(
+        failures,
+        CAUSE_TO_FAULT.get(cause or "") == "alloc_stall",
+        f"its cause ({cause}) is the injected alloc_stall",
+    )
     elapsed = time.monotonic() - started
-    if failures or not late:
-        print(f"\nVERDICT: FAIL ({'; '.join(failures) or 'no late rank found'}) in {elapsed:.1f} s")
+    if failures or not named:
+        print(f"\nVERDICT: FAIL ({'; '.join(failures) or 'no straggler found'}) in {elapsed:.1f} s")
         return 1
-    worst, ranks = late[0], answers["example_late_ranks"][0]
+    top = found["stragglers"][0]
     print(
-        f"\nVERDICT: PASS: rank {worst['rank']} on {worst['node_id']} entered {ranks['late_collectives']} "
-        f"collectives a median {ranks['median_late_ms']} ms late, every {worst['every_n_steps']:g} steps; "
-        f"before each it spent {top[0]['total_ms'] / top[0]['windows']:.0f} ms in {cause} ({elapsed:.1f} s)"
+        f"\nVERDICT: PASS: rank {top['rank']} on {top['node_id']} entered {top['episodes_total']} of "
+        f"{found['clusters'][0]['steps']} steps a median {top['late_ms']['median']:.0f} ms late, every "
+        f"{top['period']['steps']} steps, in cudaMalloc ({top['cause']['class']}); the others waited "
+        f"{top['imposed_gpu_s']:.1f} GPU-s; clocks {SKEW_MS:g} ms apart changed nothing ({elapsed:.1f} s)"
     )
     return 0

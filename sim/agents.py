@@ -39,6 +39,14 @@ class Agent:
     proc: subprocess.Popen[bytes]
     log: Path
     ready: Path
+    ready_ns: int = 0
+    """Wall-clock ns when its probes were attached (the ready file appeared): it sees what follows."""
+    stopped_ns: int = 0
+    """Wall-clock ns when it was told to stop (or killed)."""
+
+    def observed(self) -> dict[str, object]:
+        """The span of the job this agent could see, for the ground truth."""
+        return {"node_id": self.node.id, "from_ns": self.ready_ns, "to_ns": self.stopped_ns or time.time_ns()}
 
 
 def agent_argv(spec: AgentSpec, node: Node, lib_dir: Path, ready: Path) -> list[str]:
@@ -51,7 +59,12 @@ def agent_argv(spec: AgentSpec, node: Node, lib_dir: Path, ready: Path) -> list[
 
 
 def spawn_agent(spec: AgentSpec, node: Node, node_dir: Path, lib_dir: Path) -> Agent:
+    """Start the node's agent; a node's later agents (a restart) log to agent.2.log, agent.3.log, ..."""
     ready, log = node_dir / "agent.ready", node_dir / "agent.log"
+    n = 1
+    while log.exists():
+        n += 1
+        log = node_dir / f"agent.{n}.log"
     ready.unlink(missing_ok=True)
     env = dict(os.environ)
     if spec.token is not None:
@@ -83,6 +96,7 @@ def wait_ready(agents: Iterable[Agent], timeout_s: float = READY_TIMEOUT_S) -> N
                     f"(no {a.ready}); see its log {a.log}:\n{tail(a.log)}"
                 )
             time.sleep(0.05)
+        a.ready_ns = time.time_ns()
 
 
 def start_agents(
@@ -102,6 +116,7 @@ def stop_agents(agents: Iterable[Agent], say: Callable[[str], None], grace_s: fl
     agents = list(agents)
     for a in agents:
         if a.proc.poll() is None:
+            a.stopped_ns = a.stopped_ns or time.time_ns()
             a.proc.send_signal(signal.SIGTERM)
     for a in agents:
         stop_process(a.proc, grace_s=grace_s)

@@ -3,9 +3,10 @@
 Each simrank process writes one line per step: when the step started, the wall-clock time it
 entered the step's first all-reduce, when its final stream sync returned, how long that sync
 blocked and which faults fired. From those lines this module derives, per step and rank,
-``entered_late_by_ms`` (host enter time minus the step's median), ``gpu_late_by_ms`` (the same for
-the time the GPU reached the collective) and the injected cause: a rank is a straggler at a step
-when either lateness reaches the scenario's threshold. A diagnosis is scored against this. Usage::
+``entered_late_by_ms`` (host enter time minus the median of the ranks no fault struck at that step:
+what "on time" was), ``gpu_late_by_ms`` (the same for the time the GPU reached the collective) and the
+injected cause: a rank is a straggler at a step when either lateness reaches the scenario's
+threshold. A diagnosis is scored against this. Usage::
 
     logs = read_rank_logs(run_dir, scenario)
     truth = build_ground_truth(scenario, logs)
@@ -111,8 +112,11 @@ def communicator_members(logs: dict[int, RankLog]) -> list[dict[str, Any]]:
     ]
 
 
-def build_ground_truth(scenario: Scenario, logs: dict[int, RankLog]) -> dict[str, Any]:
-    """The ground-truth document (see docs/sim.md for its fields)."""
+def build_ground_truth(
+    scenario: Scenario, logs: dict[int, RankLog], observed: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The ground-truth document (see docs/sim.md for its fields). ``observed``: the spans each node's
+    agents saw ({node_id, from_ns, to_ns}, wall clock), when agents ran."""
     by_step: dict[int, dict[int, StepRecord]] = {}
     for rank, log in logs.items():
         for rec in log.steps:
@@ -120,8 +124,11 @@ def build_ground_truth(scenario: Scenario, logs: dict[int, RankLog]) -> dict[str
     steps_out: list[dict[str, Any]] = []
     for step in sorted(by_step):
         recs = by_step[step]
-        median = statistics.median(r.enter_ns for r in recs.values())
-        gpu_median = statistics.median(r.gpu_arrive_ns for r in recs.values())
+        # "On time" is what the ranks no fault struck did (all ranks if every one was struck): a whole
+        # late node must not move the reference it is late against.
+        on_time = [r for r in recs.values() if not r.causes] or list(recs.values())
+        median = statistics.median(r.enter_ns for r in on_time)
+        gpu_median = statistics.median(r.gpu_arrive_ns for r in on_time)
         ranks: list[dict[str, Any]] = []
         for rank in sorted(recs):
             r = recs[rank]
@@ -197,6 +204,8 @@ def build_ground_truth(scenario: Scenario, logs: dict[int, RankLog]) -> dict[str
         "faults": [
             {
                 "rank": f.rank,
+                "node": f.node,
+                "ranks": scenario.fault_ranks(f),
                 "kind": f.kind,
                 "ms": f.ms,
                 "every": f.every,
@@ -207,4 +216,5 @@ def build_ground_truth(scenario: Scenario, logs: dict[int, RankLog]) -> dict[str
         ],
         "per_step": steps_out,
         "stragglers_by_rank": summary,
+        "observed": observed or [],
     }

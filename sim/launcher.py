@@ -100,7 +100,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def rank_argv(scenario: Scenario, rank: int, log: Path, lib_dir: Path, root: Path = SIM_ROOT) -> list[str]:
+def rank_argv(
+    scenario: Scenario, rank: int, node: Node, log: Path, lib_dir: Path, root: Path = SIM_ROOT
+) -> list[str]:
     st = scenario.step
     binary = root / "build" / ("simrank-dlopen" if scenario.load == "dlopen" else "simrank")
     argv = [
@@ -132,7 +134,7 @@ def rank_argv(scenario: Scenario, rank: int, log: Path, lib_dir: Path, root: Pat
             f"{c.name}:{c.group_size}:{int(c.layout == 'strided')}:{int(c.allreduce_mb * 2**20)}",
         ]
     for f in scenario.faults:
-        if f.rank == rank:
+        if f.targets(rank, node.id):
             argv += ["--fault", f.spec()]
     if scenario.load == "dlopen":
         argv += ["--lib-dir", str(lib_dir), "--dlopen-delay-ms", str(scenario.dlopen_delay_ms)]
@@ -199,7 +201,7 @@ class Cluster:
         for rank, node, local in self.scenario.rank_layout():
             lib = self.lib_dirs[node.id]
             log = rank_log_path(self.run_dir, node.id, rank)
-            argv = rank_argv(self.scenario, rank, log, lib)
+            argv = rank_argv(self.scenario, rank, node, log, lib)
             env = rank_env(self.scenario, rank, node, local, port, lib)
             with (self.run_dir / node.id / f"rank{rank}.stderr").open("wb") as err:
                 self.ranks[rank] = subprocess.Popen(
@@ -270,18 +272,28 @@ class Cluster:
         )
 
     def wait(self) -> None:
-        """Block until every rank exited; start late agents on the way; raise on a failure."""
+        """Block until every rank exited; start (or restart) agents on the way; raise on a failure."""
         deadline = time.monotonic() + self.opts.timeout_s if self.opts.timeout_s else None
-        late_agents = bool(self.opts.agent_endpoint) and self.scenario.agent_start_after_step > 0
+        late: dict[int, list[Node]] = {}
+        restarts: dict[int, list[Node]] = {}
+        if self.opts.agent_endpoint:
+            for node in self.scenario.nodes:
+                if self.scenario.agent_start_step(node) > 0:
+                    late.setdefault(self.scenario.agent_start_step(node), []).append(node)
+                if node.agent_restart_after_step > 0:
+                    restarts.setdefault(node.agent_restart_after_step, []).append(node)
         while any(p.poll() is None for p in self.ranks.values()):
             time.sleep(0.1)
             done = self.steps_done()
             self.report_progress(done)
             self.check_agents()
-            if late_agents and min(done.values()) >= self.scenario.agent_start_after_step:
-                late_agents = False
-                self.say(f"every rank passed step {self.scenario.agent_start_after_step}: starting agents")
-                self.start_agents()
+            for step in [s for s in sorted(late) if min(done.values()) >= s]:
+                nodes = late.pop(step)
+                names = ", ".join(n.id for n in nodes)
+                self.say(f"every rank passed step {step}: starting the agents of {names}")
+                self.start_agents(nodes)
+            for step in [s for s in sorted(restarts) if min(done.values()) >= s]:
+                self.restart_agents(restarts.pop(step), step)
             bad = self.failed_rank()
             if bad is not None:
                 time.sleep(0.5)  # peers of a dead rank abort too; report the one that failed first
@@ -309,10 +321,23 @@ class Cluster:
             self.opts.agent_endpoint, self.scenario.cluster_id, self.opts.token, self.opts.python
         )
 
-    def start_agents(self) -> None:
-        start_agents(self.scenario.nodes, self.agent_spec(), self.run_dir, self.lib_dirs, self.agents)
-        for a in self.agents:
+    def start_agents(self, nodes: list[Node]) -> None:
+        before = len(self.agents)
+        start_agents(nodes, self.agent_spec(), self.run_dir, self.lib_dirs, self.agents)
+        for a in self.agents[before:]:
             self.say(f"agent for {a.node.id} ready (pid {a.proc.pid}, log {a.log})")
+
+    def restart_agents(self, nodes: list[Node], step: int) -> None:
+        """kill -9 these nodes' agents (as a crash or an OOM kill would) and start new ones at once."""
+        ids = {n.id for n in nodes}
+        for a in [a for a in self.agents if a.node.id in ids and a.proc.poll() is None]:
+            a.stopped_ns = time.time_ns()
+            a.proc.send_signal(signal.SIGKILL)
+            a.proc.wait()
+            self._reported_agents.append(a)
+        names = ", ".join(sorted(ids))
+        self.say(f"every rank passed step {step}: killed and restarting the agents of {names}")
+        self.start_agents(nodes)
 
 
 def run_scenario(scenario: Scenario, opts: LaunchOptions) -> RunResult:
@@ -326,8 +351,8 @@ def run_scenario(scenario: Scenario, opts: LaunchOptions) -> RunResult:
     rc = 0
     with _sigterm_raises():
         try:
-            if opts.agent_endpoint and scenario.agent_start_after_step == 0:
-                cluster.start_agents()
+            if opts.agent_endpoint:
+                cluster.start_agents([n for n in scenario.nodes if scenario.agent_start_step(n) == 0])
             cluster.start_ranks()
             cluster.wait()
         except LaunchError as e:
@@ -343,7 +368,8 @@ def run_scenario(scenario: Scenario, opts: LaunchOptions) -> RunResult:
             cluster.stop_ranks()
             stop_agents(cluster.agents, cluster.say)
     result = RunResult(rc, run_dir, time.monotonic() - started, lib_dirs=lib_dirs)
-    result.truth = build_ground_truth(scenario, read_rank_logs(run_dir, scenario))
+    observed = [a.observed() for a in cluster.agents if a.ready_ns]
+    result.truth = build_ground_truth(scenario, read_rank_logs(run_dir, scenario), observed)
     if opts.ground_truth is not None:
         opts.ground_truth.parent.mkdir(parents=True, exist_ok=True)
         opts.ground_truth.write_text(json.dumps(result.truth, indent=1) + "\n")

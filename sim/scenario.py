@@ -60,6 +60,10 @@ class Node:
     id: str
     ranks: int
     clock_offset_ms: float = 0.0
+    agent_start_after_step: int | None = None
+    """This node's agent attaches once every rank finished this step (None: the scenario's setting)."""
+    agent_restart_after_step: int = 0
+    """K > 0: this node's agent is killed (kill -9) once every rank finished step K, and started again."""
 
     @property
     def clock_offset_ns(self) -> int:
@@ -68,15 +72,19 @@ class Node:
 
 @dataclass(frozen=True)
 class Fault:
-    """Inject ``ms`` (+- uniform ``jitter`` ms) of ``kind`` on ``rank`` at steps
-    ``start_step``, ``start_step + every``, ..."""
+    """Inject ``ms`` (+- uniform ``jitter`` ms) of ``kind`` on ``rank`` (or on every rank of ``node``)
+    at steps ``start_step``, ``start_step + every``, ..."""
 
-    rank: int
     kind: str
     ms: float
+    rank: int | None = None
+    node: str | None = None
     every: int = 1
     start_step: int = 0
     jitter: float = 0.0
+
+    def targets(self, rank: int, node_id: str) -> bool:
+        return self.rank == rank or self.node == node_id
 
     def fires_at(self, step: int) -> bool:
         return step >= self.start_step and (step - self.start_step) % self.every == 0
@@ -118,6 +126,15 @@ class Scenario:
 
     def with_steps(self, steps: int) -> Scenario:
         return dataclasses.replace(self, steps=steps)
+
+    def agent_start_step(self, node: Node) -> int:
+        """The step after which ``node``'s agent starts (0: before the ranks)."""
+        own = node.agent_start_after_step
+        return self.agent_start_after_step if own is None else own
+
+    def fault_ranks(self, fault: Fault) -> list[int]:
+        """The world ranks ``fault`` strikes."""
+        return [rank for rank, node, _ in self.rank_layout() if fault.targets(rank, node.id)]
 
 
 def _fields(where: str, raw: Any, cls: type, required: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -178,6 +195,9 @@ def _node(i: int, raw: Any, seen: set[str]) -> Node:
         d["clock_offset_ms"] = float(
             _number(f"nodes[{i}].clock_offset_ms", d["clock_offset_ms"], minimum=-1e12)
         )
+    for key in ("agent_start_after_step", "agent_restart_after_step"):
+        if key in d:
+            d[key] = _number(f"nodes[{i}].{key}", d[key], integer=True)
     return Node(**d)
 
 
@@ -199,12 +219,17 @@ def _communicator(i: int, raw: Any, world: int, seen: set[str]) -> Communicator:
     return Communicator(**d)
 
 
-def _fault(i: int, raw: Any, world: int, steps: int) -> Fault:
+def _fault(i: int, raw: Any, world: int, steps: int, node_ids: set[str]) -> Fault:
     where = f"faults[{i}]"
-    d = _fields(where, raw, Fault, ("rank", "kind", "ms"))
-    d["rank"] = _number(f"{where}.rank", d["rank"], integer=True)
-    if d["rank"] >= world:
-        raise ScenarioError(f"{where}.rank: {d['rank']} is outside the world (ranks 0..{world - 1})")
+    d = _fields(where, raw, Fault, ("kind", "ms"))
+    if ("rank" in d) == ("node" in d):
+        raise ScenarioError(f"{where}: give exactly one of rank (one rank) or node (every rank of a node)")
+    if "rank" in d:
+        d["rank"] = _number(f"{where}.rank", d["rank"], integer=True)
+        if d["rank"] >= world:
+            raise ScenarioError(f"{where}.rank: {d['rank']} is outside the world (ranks 0..{world - 1})")
+    elif d["node"] not in node_ids:
+        raise ScenarioError(f"{where}.node: {d['node']!r} is not one of the nodes {sorted(node_ids)}")
     d["kind"] = _choice(f"{where}.kind", d["kind"], FAULT_KINDS)
     d["ms"] = float(_number(f"{where}.ms", d["ms"], positive=True))
     if "every" in d:
@@ -243,7 +268,7 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
     faults = d.get("faults") or []
     if not isinstance(faults, list) or len(faults) > 16:
         raise ScenarioError("faults: need a list of at most 16 entries")
-    d["faults"] = tuple(_fault(i, f, world, d["steps"]) for i, f in enumerate(faults))
+    d["faults"] = tuple(_fault(i, f, world, d["steps"], seen) for i, f in enumerate(faults))
     d["agent_start_after_step"] = _number(
         "agent_start_after_step", d.get("agent_start_after_step", 0), integer=True
     )

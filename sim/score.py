@@ -1,11 +1,18 @@
 """Score a straggler diagnosis against a simulated run's ground truth.
 
-Positives are the (step, rank) pairs where a rank entered at least the threshold late *and* a fault
-was injected there. A rank that was that late with no injected fault (scheduling noise on a busy
-machine) really was late, so naming it is neither rewarded nor penalised. Usage::
+An episode is a rank late at a step. Positives are the (step, rank) pairs where a rank was at least
+the scenario's threshold late (host or GPU side) *and* a fault was injected there. Lateness the truth
+cannot attribute, or that sits near the threshold (from half of it up), is neutral: naming it is
+neither rewarded nor penalised, since a rank really late from scheduling noise was late, and one
+measured at 19.8 ms against a 20 ms threshold should not flip a score. Every other (step, rank) named
+is a false positive. A diagnosis names episodes by time (``find_stragglers``: ``timestamp_ns`` on its
+reference node's clock), so this module maps each one to the step of the truth whose call time of that
+rank is nearest, after undoing the reference node's true clock offset. Usage::
 
-    s = score(truth, {(7, 5, "alloc_stall"), (21, 5, None)})
+    predictions = predictions_from(truth, diagnosis)     # diagnosis: Diagnosis.find_stragglers(...)
+    s = score(truth, predictions)
     s.precision, s.recall, s.cause_accuracy
+    periods(truth, diagnosis)                            # [(who, expected every, reported period)]
 """
 
 from __future__ import annotations
@@ -16,6 +23,17 @@ from typing import Any
 
 Prediction = tuple[int, int, str | None]
 """(step, rank, cause or None when the diagnosis names no cause)"""
+
+CAUSE_TO_FAULT: dict[str, str] = {
+    "allocator": "alloc_stall",
+    "slow_gpu": "slow_gpu",
+    "cpu_contention": "cpu_contention",
+    "sleeping": "dataloader_stall",
+    "host_compute": "host_compute",
+}
+"""find_stragglers' cause classes, as the simulator's fault kinds."""
+NEUTRAL_FROM = 0.5
+"""Lateness from this fraction of the threshold up is never a false positive."""
 
 
 @dataclass(frozen=True)
@@ -42,22 +60,57 @@ class Score:
         return self.causes_right / self.causes_named if self.causes_named else 1.0
 
 
+def lateness(truth: dict[str, Any]) -> dict[tuple[int, int], tuple[float, str | None]]:
+    """(step, rank) -> (worst of host and GPU lateness in ms, injected cause or None)."""
+    out: dict[tuple[int, int], tuple[float, str | None]] = {}
+    for s in truth["per_step"]:
+        for r in s.get("ranks") or s["stragglers"]:
+            late = max(r["entered_late_by_ms"], r.get("gpu_late_by_ms", r["entered_late_by_ms"]))
+            out[(s["step"], r["rank"])] = (late, r["cause"])
+    return out
+
+
 def injected_stragglers(truth: dict[str, Any]) -> dict[tuple[int, int], str]:
-    """(step, rank) -> cause, for every straggler the ground truth attributes to an injected fault."""
+    """(step, rank) -> cause, for every straggler the ground truth attributes to an injected fault and
+    an agent could see (see :func:`unobserved`)."""
+    threshold = truth.get("straggler_threshold_ms", 0.0)
+    hidden = unobserved(truth)
     return {
-        (s["step"], x["rank"]): x["cause"]
-        for s in truth["per_step"]
-        for x in s["stragglers"]
-        if x["cause"] is not None
+        key: cause
+        for key, (late, cause) in lateness(truth).items()
+        if cause is not None and late >= threshold and key not in hidden
     }
 
 
+def unobserved(truth: dict[str, Any]) -> set[tuple[int, int]]:
+    """(step, rank) pairs no agent could have judged: its node's agents (``truth["observed"]``) were not
+    watching from two steps before the rank's call on (a late attach, the gap of a restart). Empty when
+    the truth records no agents (a run without them, or a hand-made truth)."""
+    spans = truth.get("observed") or []
+    if not spans:
+        return set()
+    node_of = {r["rank"]: r["node_id"] for r in truth["ranks"]}
+    hidden = set()
+    for s in truth["per_step"]:
+        for r in s["ranks"]:
+            lead_ns = 2 * r["step_ms"] * 1e6
+            mine = [o for o in spans if o["node_id"] == node_of.get(r["rank"])]
+            if not any(o["from_ns"] + lead_ns <= r["enter_ns"] <= o["to_ns"] for o in mine):
+                hidden.add((s["step"], r["rank"]))
+    return hidden
+
+
 def score(truth: dict[str, Any], predictions: Iterable[Prediction]) -> Score:
+    threshold = truth.get("straggler_threshold_ms", 0.0)
+    late = lateness(truth)
     positives = injected_stragglers(truth)
-    noise = {(s["step"], x["rank"]) for s in truth["per_step"] for x in s["stragglers"] if x["cause"] is None}
     named = {(step, rank): cause for step, rank, cause in predictions}
     tp = [key for key in named if key in positives]
-    fp = [key for key in named if key not in positives and key not in noise]
+    fp = [
+        key
+        for key in named
+        if key not in positives and late.get(key, (0.0, None))[0] < NEUTRAL_FROM * threshold
+    ]
     with_cause = [key for key in tp if named[key] is not None]
     return Score(
         true_positives=len(tp),
@@ -66,3 +119,52 @@ def score(truth: dict[str, Any], predictions: Iterable[Prediction]) -> Score:
         causes_named=len(with_cause),
         causes_right=sum(named[key] == positives[key] for key in with_cause),
     )
+
+
+def _reference_offset_ns(truth: dict[str, Any], diagnosis: dict[str, Any]) -> int:
+    """The true clock offset of the node whose clock the diagnosis reports times on."""
+    offsets = {n["node_id"]: n["clock_offset_ns"] for n in truth["nodes"]}
+    cluster = next((c for c in diagnosis["clusters"] if c["cluster_id"] == truth["cluster_id"]), None)
+    reference = (cluster or {}).get("reference_node")
+    return int(offsets.get(reference, 0))
+
+
+def predictions_from(truth: dict[str, Any], diagnosis: dict[str, Any]) -> list[Prediction]:
+    """Every episode of every straggler the diagnosis reports for the truth's cluster, as (step, rank,
+    fault kind) on the truth's step numbering; an episode no step's call of that rank is near (within
+    half a step) keeps step -1, which is never a positive."""
+    shift = _reference_offset_ns(truth, diagnosis)
+    calls: dict[int, list[tuple[int, int]]] = {}
+    for s in truth["per_step"]:
+        for r in s["ranks"]:
+            calls.setdefault(r["rank"], []).append((r["enter_ns"], s["step"]))
+    steps_ms = sorted(r["step_ms"] for s in truth["per_step"] for r in s["ranks"])
+    half_step_ns = (steps_ms[len(steps_ms) // 2] if steps_ms else 100.0) * 1e6 / 2
+    out: list[Prediction] = []
+    for straggler in diagnosis["stragglers"]:
+        if straggler["cluster_id"] != truth["cluster_id"]:
+            continue
+        for episode in straggler["episodes"]:
+            cause = CAUSE_TO_FAULT.get(episode["cause"] or "")
+            true_ns = episode["timestamp_ns"] - shift
+            for rank in episode.get("ranks") or [straggler["rank"]]:
+                nearest = min(calls.get(rank, []), key=lambda c: abs(c[0] - true_ns), default=None)
+                step = nearest[1] if nearest and abs(nearest[0] - true_ns) <= half_step_ns else -1
+                out.append((step, rank, cause))
+    return out
+
+
+def periods(truth: dict[str, Any], diagnosis: dict[str, Any]) -> list[tuple[str, int, int | None]]:
+    """For every injected fault: (who, its period, the period the diagnosis reports for that rank or
+    node; None when it reports none)."""
+    found: dict[tuple[str, Any], int | None] = {}
+    for s in diagnosis["stragglers"]:
+        if s["cluster_id"] == truth["cluster_id"]:
+            key = ("node", s["node_id"]) if s["kind"] == "node" else ("rank", s["rank"])
+            found[key] = (s["period"] or {}).get("steps")
+    out = []
+    for f in truth["faults"]:
+        key = ("node", f["node"]) if f.get("node") else ("rank", f["rank"])
+        who = f"node {f['node']}" if f.get("node") else f"rank {f['rank']}"
+        out.append((who, int(f["every"]), found.get(key)))
+    return out

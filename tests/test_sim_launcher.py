@@ -103,6 +103,40 @@ def test_agents_can_start_after_step_k(tmp_path: Path, fake_agent: str) -> None:
         assert rec["ready_ns"] < max(log.steps[-1].end_ns for log in logs.values())  # ranks still running
 
 
+def test_one_nodes_agent_can_start_late_and_another_be_killed_and_restarted(
+    tmp_path: Path, fake_agent: str
+) -> None:
+    run_dir = tmp_path / "run"
+    nodes = [{"id": "n0", "ranks": 1, "agent_restart_after_step": 30}, {"id": "n1", "ranks": 1,
+             "agent_start_after_step": 10}]  # fmt: skip
+    scenario = parse_scenario(small(steps=150, nodes=nodes), "per-node")
+    opts = LaunchOptions(run_dir=run_dir, agent_endpoint="127.0.0.1:4317", python=fake_agent, progress=None)
+    result = run_scenario(scenario, opts)
+    assert result.returncode == 0 and result.truth is not None
+    logs = read_rank_logs(run_dir, scenario)
+    spans = {(o["node_id"], o["from_ns"]): o["to_ns"] for o in result.truth["observed"]}
+    n0 = sorted((start, end) for (node, start), end in spans.items() if node == "n0")
+    n1 = [(start, end) for (node, start), end in spans.items() if node == "n1"]
+    assert len(n0) == 2 and len(n1) == 1
+    first, second = n0
+    assert first[0] < logs[0].steps[0].start_ns and first[1] >= logs[0].steps[29].end_ns  # killed at step 30
+    assert second[0] > first[1]  # the new agent is ready after the old one was killed
+    assert (run_dir / "n0" / "agent.2.log").exists()  # the restarted agent has a log of its own
+    assert n1[0][0] >= logs[1].steps[9].end_ns  # node n1's agent only after step 10
+
+
+def test_a_node_fault_strikes_every_rank_of_the_node() -> None:
+    scenario = parse_scenario(
+        {**small(), "nodes": [{"id": "n0", "ranks": 2}, {"id": "n1", "ranks": 2}],
+         "faults": [{"node": "n1", "kind": "host_compute", "ms": 5, "every": 3}]}, "node-fault"
+    )  # fmt: skip
+    assert scenario.fault_ranks(scenario.faults[0]) == [2, 3]
+    with pytest.raises(ScenarioError, match="exactly one of rank"):
+        parse_scenario({**small(), "faults": [{"node": "n1", "rank": 0, "kind": "host_compute", "ms": 5}]})
+    with pytest.raises(ScenarioError, match="'n9' is not one of the nodes"):
+        parse_scenario({**small(), "faults": [{"node": "n9", "kind": "host_compute", "ms": 5}]})
+
+
 def test_an_agent_that_dies_is_reported_with_its_log(
     tmp_path: Path, fake_agent: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -203,6 +237,10 @@ def test_cli_rejects_a_bad_file_with_exit_code_2(tmp_path: Path) -> None:
 
 def test_shipped_scenarios_are_valid() -> None:
     names = {p.stem: load_scenario(p) for p in (REPO / "sim" / "scenarios").glob("*.yaml")}
+    evaluation = [load_scenario(p) for p in (REPO / "sim" / "scenarios" / "diagnosis").glob("*.yaml")]
+    assert len(evaluation) >= 15 and len({s.cluster_id for s in evaluation}) == len(evaluation)
+    assert any(f.node for s in evaluation for f in s.faults)  # a whole node late together
+    assert any(not s.faults for s in evaluation)  # healthy ones: naming anybody is a false alarm
     seed = names["seed-rank5"]
     assert (seed.world_size, len(seed.nodes), seed.step.compute_ms + 4 > 88) == (8, 2, True)
     assert [(f.rank, f.ms, f.every) for f in seed.faults] == [(5, 290.0, 14)]

@@ -1,21 +1,25 @@
-"""Scoring a diagnosis against ground truth: injected stragglers count, unexplained lateness is neutral."""
+"""Scoring a diagnosis against ground truth: injected stragglers count; unexplained lateness and lateness
+near the threshold are neutral; a diagnosis's episodes are mapped to steps by time, clock offset undone."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sim.score import injected_stragglers, score
+from sim.score import injected_stragglers, periods, predictions_from, score, unobserved
 
 
-def truth_with(stragglers: dict[int, list[tuple[int, str | None]]]) -> dict[str, Any]:
+def truth_with(
+    stragglers: dict[int, list[tuple[int, str | None]]], threshold: float = 50.0
+) -> dict[str, Any]:
     return {
+        "straggler_threshold_ms": threshold,
         "per_step": [
             {
                 "step": step,
                 "stragglers": [{"rank": r, "entered_late_by_ms": 100.0, "cause": c} for r, c in rows],
             }
             for step, rows in sorted(stragglers.items())
-        ]
+        ],
     }
 
 
@@ -46,3 +50,103 @@ def test_misses_wrong_causes_and_false_alarms() -> None:
 def test_empty_cases() -> None:
     assert score(truth_with({}), []).precision == 1.0
     assert score(TRUTH, []).recall == 0.0
+
+
+def step_ranks(
+    step: int, late: dict[int, tuple[float, str | None]], enter0: int, step_ms: float = 45.0
+) -> dict:
+    """A per_step entry: every rank of 4 enters at enter0 + lateness; `late` maps rank -> (ms, cause)."""
+    ranks = []
+    for rank in range(4):
+        ms, cause = late.get(rank, (0.0, None))
+        ranks.append({"rank": rank, "enter_ns": enter0 + int(ms * 1e6), "entered_late_by_ms": ms,
+                      "gpu_late_by_ms": ms, "step_ms": step_ms, "cause": cause})  # fmt: skip
+    return {"step": step, "ranks": ranks, "stragglers": []}
+
+
+def full_truth(observed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    t0, step_ns = 1_000_000_000_000, 45_000_000
+    late = {
+        3: {2: (60.0, "alloc_stall")},
+        6: {2: (60.0, "alloc_stall")},
+        8: {1: (7.0, None)},
+        9: {0: (30.0, None)},
+    }
+    return {
+        "cluster_id": "c", "straggler_threshold_ms": 40.0,
+        "nodes": [{"node_id": "a", "clock_offset_ns": 0}, {"node_id": "b", "clock_offset_ns": 30_000_000}],
+        "ranks": [{"rank": r, "node_id": "a" if r < 2 else "b"} for r in range(4)],
+        "per_step": [step_ranks(s, late.get(s, {}), t0 + s * step_ns) for s in range(12)],
+        "faults": [{"rank": 2, "node": None, "every": 3}],
+        "observed": observed or [],
+    }  # fmt: skip
+
+
+def diagnosis(reference: str, episodes: list[tuple[int, int, str]], period: int | None = 3) -> dict[str, Any]:
+    """A find_stragglers answer naming rank 2; episodes as (rank, enter_ns on the reference clock, cause)."""
+    return {
+        "clusters": [{"cluster_id": "c", "reference_node": reference}],
+        "stragglers": [{"cluster_id": "c", "kind": "rank", "node_id": "b", "rank": 2,
+                        "period": {"steps": period, "confidence": 0.9} if period else None,
+                        "episodes": [{"timestamp_ns": ts, "cause": cause, "ranks": [rank]}
+                                     for rank, ts, cause in episodes]}],
+    }  # fmt: skip
+
+
+def test_episodes_map_to_steps_by_time_on_the_reference_clock() -> None:
+    truth = full_truth()
+    t0, step_ns, late = 1_000_000_000_000, 45_000_000, 60_000_000
+    # on node b's clock (30 ms ahead) the same calls read 30 ms later: undone through the reference node
+    for reference, shift in (("a", 0), ("b", 30_000_000)):
+        found = diagnosis(reference, [(2, t0 + 3 * step_ns + late + shift, "allocator"),
+                                      (2, t0 + 6 * step_ns + late + shift, "allocator")])  # fmt: skip
+        predictions = predictions_from(truth, found)
+        assert predictions == [(3, 2, "alloc_stall"), (6, 2, "alloc_stall")]
+        s = score(truth, predictions)
+        assert (s.true_positives, s.false_positives, s.false_negatives, s.cause_accuracy) == (2, 0, 0, 1.0)
+    assert periods(truth, diagnosis("a", [])) == [("rank 2", 3, 3)]
+    assert periods(truth, diagnosis("a", [], period=None)) == [("rank 2", 3, None)]
+
+
+def test_lateness_near_the_threshold_or_unexplained_is_neutral_and_small_lateness_is_not() -> None:
+    truth = full_truth()
+    t0, step_ns = 1_000_000_000_000, 45_000_000
+    found = diagnosis("a", [(2, t0 + 3 * step_ns + 60_000_000, "allocator"),
+                            (0, t0 + 9 * step_ns + 30_000_000, "sleeping"),  # 30 ms, no cause: neutral
+                            (1, t0 + 8 * step_ns + 7_000_000, "sleeping"),  # 7 ms < 20: a false alarm
+                            (3, t0 + 20 * step_ns, "sleeping")])  # no step near: a false alarm  # fmt: skip
+    s = score(truth, predictions_from(truth, found))
+    assert (s.true_positives, s.false_positives, s.false_negatives) == (1, 2, 1)
+
+
+def test_steps_no_agent_watched_are_not_counted_as_misses() -> None:
+    t0, step_ns = 1_000_000_000_000, 45_000_000
+    # node b's agent (rank 2's) was ready only from step 5 on: step 3's stall could not be seen
+    observed = [{"node_id": "a", "from_ns": 0, "to_ns": 2 * t0}, {"node_id": "b", "from_ns": t0 + 4 * step_ns,
+                                                                    "to_ns": 2 * t0}]  # fmt: skip
+    truth = full_truth(observed)
+    assert (3, 2) in unobserved(truth) and (6, 2) not in unobserved(truth)
+    assert injected_stragglers(truth) == {(6, 2): "alloc_stall"}
+    s = score(
+        truth, predictions_from(truth, diagnosis("a", [(2, t0 + 6 * step_ns + 60_000_000, "allocator")]))
+    )
+    assert (s.true_positives, s.false_negatives) == (1, 0)
+
+
+def test_the_truth_measures_lateness_against_the_ranks_no_fault_struck() -> None:
+    from sim.groundtruth import RankLog, StepRecord, build_ground_truth
+    from sim.scenario import parse_scenario
+
+    scenario = parse_scenario({"cluster_id": "c", "nodes": [{"id": "a", "ranks": 2}, {"id": "b", "ranks": 2}],
+                               "faults": [{"node": "b", "kind": "host_compute", "ms": 80}]})  # fmt: skip
+    logs = {}
+    for rank in range(4):
+        late = 80_000_000 if rank >= 2 else rank * 1_000_000  # the whole of node b is late together
+        causes = (("host_compute", 80.0),) if rank >= 2 else ()
+        step = StepRecord(0, 0, 1_000_000_000 + late, 2_000_000_000, 0, 0, 0, 0, 1_000_000_000 + late, causes)
+        logs[rank] = RankLog(rank=rank, node_id="a" if rank < 2 else "b", steps=[step])
+    truth = build_ground_truth(scenario, logs)
+    lateness_ms = {r["rank"]: r["entered_late_by_ms"] for r in truth["per_step"][0]["ranks"]}
+    # against the median of ranks 0 and 1 (0.5 ms), not of all four (which a late half would pull to 40 ms)
+    assert lateness_ms == {0: -0.5, 1: 0.5, 2: 79.5, 3: 79.5}
+    assert truth["faults"][0]["ranks"] == [2, 3]

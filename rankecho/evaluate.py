@@ -1,0 +1,217 @@
+"""Score the straggler diagnosis on the scenario set, end to end: real rank processes on the fake
+libraries, one real eBPF agent per node, a real Echo, then ``find_stragglers`` against ground truth.
+
+Each scenario runs into its own Echo (in this process) and its own store; the diagnosis is asked twice:
+with ``min_late_ms`` = the scenario's threshold (the episodes it reports are scored against the truth's
+episodes of at least that lateness, see :mod:`sim.score`), and with no arguments at all (what a user
+gets by default: on a healthy scenario it must name nobody). Needs root, bcc and tracefs, like the
+agent. Usage::
+
+    python -m rankecho.evaluate                    # the whole set in sim/scenarios/diagnosis/
+    python -m rankecho.evaluate sim/scenarios/diagnosis/whole-node.yaml --markdown
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from echo.app import Echo
+from echo.mcp.rates import load_rates
+from echo.mcp.tools import Investigation
+from echo.settings import HostPort, Settings
+from sim.launcher import LaunchOptions, run_scenario
+from sim.procs import LaunchError
+from sim.scenario import Scenario, load_scenario
+from sim.score import Score, periods, predictions_from, score
+
+SCENARIO_SET = Path(__file__).resolve().parent.parent / "sim" / "scenarios" / "diagnosis"
+TARGETS = {"precision": 0.95, "recall": 0.95, "cause_accuracy": 0.90}
+"""What the set must reach (episodes pooled over every scenario), with exact periods and no straggler
+named on a healthy scenario."""
+
+
+@dataclass
+class ScenarioResult:
+    scenario: str
+    describes: str
+    true_positives: int
+    false_positives: int
+    false_negatives: int
+    causes_named: int
+    causes_right: int
+    periods: list[tuple[str, int, int | None]]
+    named: list[str]
+    """Who the default call (no min_late_ms) names as stragglers."""
+    threshold_ms: float
+    noise_threshold_ms: float | None
+    wall_s: float
+    run_dir: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def score(self) -> Score:
+        counts = (self.true_positives, self.false_positives, self.false_negatives)
+        return Score(*counts, self.causes_named, self.causes_right)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.periods
+
+    @property
+    def periods_exact(self) -> bool:
+        return all(expected == got for _, expected, got in self.periods)
+
+
+def describe(scenario: Scenario) -> str:
+    """One line: nodes, clocks, agents and faults of the scenario."""
+    nodes = ", ".join(
+        f"{n.id}:{n.ranks}"
+        + (f" clock {n.clock_offset_ms:+g} ms" if n.clock_offset_ms else "")
+        + (f" agent after step {scenario.agent_start_step(n)}" if scenario.agent_start_step(n) else "")
+        + (f" agent killed at step {n.agent_restart_after_step}" if n.agent_restart_after_step else "")
+        for n in scenario.nodes
+    )
+    faults = "; ".join(
+        f"{f.kind} {f.ms:g} ms on {'node ' + f.node if f.node else 'rank ' + str(f.rank)} every {f.every}"
+        for f in scenario.faults
+    )
+    splits = "".join(f", split {c.name}/{c.group_size}" for c in scenario.communicators)
+    return f"{nodes}{splits}; step {scenario.step.compute_ms:g} ms; {faults or 'no fault'}"
+
+
+def evaluate(path: Path, workdir: Path, timeout_s: float = 300.0) -> ScenarioResult:
+    """Run one scenario under real agents into a fresh Echo and score the diagnosis."""
+    scenario = load_scenario(path)
+    token = secrets.token_hex(16)
+    any_port = HostPort("127.0.0.1", 0)
+    settings = Settings(
+        db_path=workdir / "echo.db", token=token, otlp_grpc=any_port, otlp_http=any_port, mcp_http=None
+    )
+    started = time.monotonic()
+    with Echo(settings) as echo:
+        run = run_scenario(
+            scenario,
+            LaunchOptions(run_dir=workdir / "run", agent_endpoint=echo.grpc_address, token=token,
+                          timeout_s=timeout_s, progress=None),
+        )  # fmt: skip
+        if run.returncode != 0 or run.truth is None:
+            raise LaunchError(f"scenario {scenario.name} failed (exit {run.returncode}); see {run.run_dir}")
+        diagnosis = Investigation(echo.reader, load_rates()).diagnosis
+        threshold = scenario.straggler_threshold_ms
+        scored = diagnosis.find_stragglers(min_late_ms=threshold, max_episodes=1_000_000)
+        default = diagnosis.find_stragglers()
+    s = score(run.truth, predictions_from(run.truth, scored))
+    cluster = next((c for c in default["clusters"] if c["cluster_id"] == scenario.cluster_id), None)
+    return ScenarioResult(
+        scenario=scenario.name,
+        describes=describe(scenario),
+        true_positives=s.true_positives,
+        false_positives=s.false_positives,
+        false_negatives=s.false_negatives,
+        causes_named=s.causes_named,
+        causes_right=s.causes_right,
+        periods=periods(run.truth, scored),
+        named=[_who(x) for x in default["stragglers"] if x["cluster_id"] == scenario.cluster_id],
+        threshold_ms=scenario.straggler_threshold_ms,
+        noise_threshold_ms=cluster["noise"]["threshold_ms"] if cluster else None,
+        wall_s=round(time.monotonic() - started, 1),
+        run_dir=str(run.run_dir),
+    )
+
+
+def _who(s: dict[str, Any]) -> str:
+    return f"node {s['node_id']}" if s["kind"] == "node" else f"rank {s['rank']}"
+
+
+def pooled(results: list[ScenarioResult]) -> Score:
+    return Score(
+        sum(r.true_positives for r in results),
+        sum(r.false_positives for r in results),
+        sum(r.false_negatives for r in results),
+        sum(r.causes_named for r in results),
+        sum(r.causes_right for r in results),
+    )
+
+
+def verdicts(results: list[ScenarioResult]) -> list[str]:
+    """What misses a target, in words (empty when the set meets every target)."""
+    total = pooled(results)
+    misses = [
+        f"{name} {getattr(total, name):.3f} < {target}"
+        for name, target in TARGETS.items()
+        if getattr(total, name) < target
+    ]
+    misses += [f"{r.scenario}: period {r.periods} not exact" for r in results if not r.periods_exact]
+    misses += [f"{r.scenario}: healthy but named {r.named}" for r in results if r.healthy and r.named]
+    return misses
+
+
+def markdown(results: list[ScenarioResult]) -> str:
+    """The score table of docs/analysis.md."""
+    lines = [
+        "| scenario | what it is | P | R | TP/FP/FN | period (expected -> found) | cause right "
+        "| default call names |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        s = r.score
+        per = ", ".join(f"{who}: {e} -> {g if g is not None else '-'}" for who, e, g in r.periods) or "-"
+        cause = f"{s.causes_right}/{s.causes_named}" if s.causes_named else "-"
+        lines.append(
+            f"| {r.scenario} | {r.describes} | {s.precision:.3f} | {s.recall:.3f} | "
+            f"{s.true_positives}/{s.false_positives}/{s.false_negatives} | {per} | {cause} | "
+            f"{', '.join(r.named) or 'nobody'} |"
+        )
+    t = pooled(results)
+    lines.append(
+        f"| **all** | {len(results)} scenarios | **{t.precision:.3f}** | **{t.recall:.3f}** | "
+        f"{t.true_positives}/{t.false_positives}/{t.false_negatives} | "
+        f"{sum(r.periods_exact for r in results if not r.healthy)}/"
+        f"{sum(not r.healthy for r in results)} exact | "
+        f"{t.causes_right}/{t.causes_named} ({t.cause_accuracy:.3f}) | "
+        f"{sum(bool(r.named) for r in results if r.healthy)} healthy named |"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rankecho.evaluate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("scenarios", nargs="*", type=Path, help="scenario files (default: the whole set)")
+    parser.add_argument("--markdown", action="store_true", help="print the score table as Markdown")
+    parser.add_argument("--json", type=Path, metavar="OUT", help="write every result as JSON")
+    parser.add_argument("--keep", action="store_true", help="keep each run's directory and store")
+    args = parser.parse_args(argv)
+    paths = args.scenarios or sorted(SCENARIO_SET.glob("*.yaml"))
+    results = []
+    for path in paths:
+        workdir = Path(tempfile.mkdtemp(prefix=f"rankecho-eval-{path.stem}-"))
+        result = evaluate(path, workdir)
+        results.append(result)
+        s = result.score
+        print(
+            f"{result.scenario}: P {s.precision:.3f} R {s.recall:.3f} (TP {s.true_positives} FP "
+            f"{s.false_positives} FN {s.false_negatives}) periods {result.periods} causes "
+            f"{s.causes_right}/{s.causes_named} named {result.named} ({result.wall_s} s; {workdir})",
+            file=sys.stderr,
+            flush=True,
+        )
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(workdir, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
+    print(markdown(results) if args.markdown else "\n".join(verdicts(results)) or "every target met")
+    return 0 if not verdicts(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
