@@ -75,16 +75,24 @@ class Agent:
         self.bpf: Any = None
         self.decode_errors = 0
         self._reported_drops = (0, 0)
+        self._resources: dict[ProcKey, dict[str, AttrValue]] = {}
+        """The resource of every process with points waiting for the next flush."""
 
     # --- points ---------------------------------------------------------------------------------
     def _sink(self, key: ProcKey | None, point: Point) -> None:
         self.points.append((key, point))
+        resource = self.tracker.resources.get(key) if key is not None else None
+        if key is not None and resource is not None:
+            # Taken now: a process that exits has its resource retired by the tracker's sweep, which
+            # can run before the next flush; its last points must still say which rank they are.
+            self._resources[key] = resource
 
     def flush(self) -> None:
         if not self.points:
             return
         items, self.points = self.points, []
-        resources: dict[Any, dict[str, AttrValue]] = {**self.tracker.resources, None: self.own}
+        resources: dict[Any, dict[str, AttrValue]] = {**self._resources, None: self.own}
+        self._resources = {}
         for i in range(0, len(items), MAX_BATCH):
             batch: Encoded = encode_batch(resources, items[i : i + MAX_BATCH], self.base)
             self.exporter.submit(batch)
@@ -117,7 +125,7 @@ class Agent:
                 (c.M_GPU_SM_CLOCK, g.sm_clock_mhz), (c.M_GPU_TEMP, g.temperature_c),
                 (c.M_GPU_POWER, g.power_w), (c.M_GPU_THROTTLE, g.throttle_reasons),
             ):
-                self.points.append((key, Point(metric, now, value, dict(attrs))))
+                self._sink(key, Point(metric, now, value, dict(attrs)))
 
     # --- BPF ------------------------------------------------------------------------------------
     def start(self) -> None:
