@@ -219,6 +219,13 @@ def test_schema_resource_documents_columns_and_examples(con: duckdb.DuckDBPyConn
             return str(getattr(contents[0], "text", ""))
 
     doc = json.loads(asyncio.run(go()))
+    assert [t["name"] for t in doc["tables"]] == ["events", "collectives", "host_activity"]
+    typed = {c["name"] for c in doc["tables"][1]["columns"]}
+    assert {"comm_id", "seq", "enter_ns", "complete_ns", "rank", "node_id"} <= typed
+    layers = {layer["name"]: layer for layer in doc["analysis_layers"]}
+    assert {"rk_stragglers", "rk_instances", "rk_clock_offsets", "rk_episodes"} <= set(layers)
+    assert layers["rk_clock_offsets"]["parameters"] == ["start_ns", "end_ns", "cluster"]
+    assert all(layer["purpose"] for layer in layers.values())
     columns = {c["name"]: c for c in doc["tables"][0]["columns"]}
     assert columns["timestamp_ns"]["unit"].startswith("ns") and columns["timestamp_ns"]["type"] == "BIGINT"
     assert all(c["meaning"] for c in columns.values())

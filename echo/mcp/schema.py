@@ -1,8 +1,9 @@
 """The schema an agent needs to write correct SQL first time: tables, columns, meanings, units, examples.
 
 Served as the MCP resource ``rankecho://schema``. Column names and types come from the live database
-(so a migration cannot leave this stale); meanings and units are written here; examples are the fan-in
-proof's four queries and the named ``example_*`` queries in ``echo/queries/examples.sql``.
+(so a migration cannot leave this stale); meanings and units are written here; the analysis layers are
+listed with their parameters and docstrings (``echo/queries/layers``); examples are the fan-in proof's
+four queries and the named ``example_*`` queries of ``echo/queries``.
 
 Usage::
 
@@ -11,9 +12,10 @@ Usage::
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from echo.queries import QUERIES, seed_examples
+from echo.queries import LAYERS, QUERIES, seed_examples
 from echo.store.reader import Reader
 from shared import contract
 
@@ -40,25 +42,41 @@ COLUMNS: dict[str, tuple[str, str]] = {
     ),
 }
 
+TABLES: dict[str, str] = {
+    "events": "one row per OTLP data point, span or log record: the system of record",
+    "collectives": "typed copy of every rankecho.nccl.collective event (one per collective call per rank)",
+    "host_activity": "typed copy of every interval a rank's thread spent in a CUDA call or off the CPU",
+}
 GUIDE = (
-    "One row per event. Filter on timestamp_ns (nanoseconds) and node_id/metric_name first; aggregate "
-    "before returning rows (results are capped). Use quantile_cont for medians/percentiles, "
-    "json_extract_string for attributes, window functions for per-rank lag. Only SELECT over the tables "
-    "listed here runs; files, URLs and DuckDB's catalog are refused."
+    "One row per event in `events`. Filter on timestamp_ns (nanoseconds) and node_id/metric_name first; "
+    "aggregate before returning rows (results are capped). Use quantile_cont for medians/percentiles, "
+    "json_extract_string for attributes, window functions for per-rank lag. The straggler analysis is "
+    "available as table functions (analysis_layers), e.g. FROM rk_stragglers(NULL, NULL, NULL); its typed "
+    "inputs are the collectives and host_activity tables. Only SELECT over the tables and functions listed "
+    "here runs; files, URLs and DuckDB's catalog are refused."
 )
+_MACRO = re.compile(r"MACRO\s+(\w+)\s*\(([^)]*)\)\s+AS\s+TABLE", re.IGNORECASE)
 
 
 def schema_document(reader: Reader) -> dict[str, Any]:
     """Tables with typed, documented columns, the well-known metric names, and example queries."""
-    described = reader.query("SELECT * FROM events LIMIT 0")
-    columns = [
-        {
-            "name": name,
-            "type": kind,
-            "meaning": COLUMNS.get(name, ("", ""))[0],
-            "unit": COLUMNS.get(name, ("", ""))[1],
-        }
-        for name, kind in zip(described.columns, described.types, strict=True)
+    tables = []
+    for table, meaning in TABLES.items():
+        described = reader.query(f"SELECT * FROM {table} LIMIT 0")
+        columns = [
+            {
+                "name": name,
+                "type": kind,
+                "meaning": COLUMNS.get(name, ("", ""))[0] if table == "events" else "",
+                "unit": COLUMNS.get(name, ("", ""))[1] if table == "events" else "",
+            }
+            for name, kind in zip(described.columns, described.types, strict=True)
+        ]
+        tables.append({"name": table, "meaning": meaning, "columns": columns})
+    layers = [
+        {"name": m.group(1), "parameters": [p.strip() for p in m.group(2).split(",")], "purpose": layer.doc}
+        for layer in LAYERS.values()
+        if (m := _MACRO.search(layer.sql))
     ]
     metrics = sorted(
         value for key, value in vars(contract).items() if key.startswith("M_") and isinstance(value, str)
@@ -69,7 +87,8 @@ def schema_document(reader: Reader) -> dict[str, Any]:
     ]
     return {
         "guide": GUIDE,
-        "tables": [{"name": "events", "columns": columns}],
+        "tables": tables,
+        "analysis_layers": layers,
         "metric_names": metrics,
         "examples": examples,
     }
