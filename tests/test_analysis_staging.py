@@ -63,10 +63,11 @@ def test_the_commit_that_stores_a_collective_also_stores_its_typed_copy(echo_inp
         echo_inproc,
         "SELECT event_id, cluster_id, node_id, rank, pid, process_start_ns, agent_instance, tid, op, "
         "comm_id, seq, seq_aligned, comm_rank, comm_nranks, bytes, in_group, enter_ns, return_ns, "
-        "complete_ns, causal_chain_id FROM collectives",
+        "complete_ns, causal_chain_id, stream_key > 0, inst_key > 0 FROM collectives",
     )
-    assert got == [("coll-7", "c1", "node-a", 3, 4242, 777, "node-a/1/2", 4243, "ncclAllReduce", "abc", 7,
-                    True, 3, 8, 1024, False, T0 + 7000, T0 + 7010, T0 + 7500, "abc:7")]  # fmt: skip
+    expected = ("coll-7", "c1", "node-a", 3, 4242, 777, "node-a/1/2", 4243, "ncclAllReduce", "abc", 7,
+                True, 3, 8, 1024, False, T0 + 7000, T0 + 7010, T0 + 7500, "abc:7", True, True)  # fmt: skip
+    assert got == [expected]
 
 
 def test_intervals_are_staged_with_their_end_and_category(echo_inproc: Echo) -> None:
@@ -99,8 +100,8 @@ def test_a_resend_is_staged_once_and_new_points_beside_it_still_are(echo_inproc:
 def test_malformed_attributes_become_null_and_the_event_is_kept(echo_inproc: Echo) -> None:
     bad = collective(9, **{c.SEQ: "nine", c.COMPLETE_NS: "soon", c.SEQ_ALIGNED: "maybe"})
     grpc_export(echo_inproc.grpc_address, metrics_request(RESOURCE, [bad]), TEST_TOKEN)
-    assert rows(echo_inproc, "SELECT seq, complete_ns, seq_aligned, enter_ns FROM collectives") == [
-        (None, None, None, T0 + 9000)
+    assert rows(echo_inproc, "SELECT seq, complete_ns, seq_aligned, enter_ns, inst_key FROM collectives") == [
+        (None, None, False, T0 + 9000, None)
     ]
     assert rows(echo_inproc, "SELECT count(*) FROM events") == [(1,)]
 

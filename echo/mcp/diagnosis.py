@@ -158,6 +158,7 @@ class Diagnosis:
             self._inv.run_named(
                 "explain_timeline",
                 max_rows=MAX_TIMELINE,
+                cluster_id=target["cluster_id"],
                 node_id=node_id,
                 pid=target["pid"],
                 tid=target["tid"],
@@ -170,7 +171,6 @@ class Diagnosis:
             "node_id": node_id,
             "rank": rank,
             "causal_chain_id": target["causal_chain_id"],
-            "rank_chain_id": target["rank_chain_id"],
             "timestamp_ns": int(target["enter_c"]),
             "time": iso(int(target["enter_c"])),
             "step": target["step"],
@@ -338,6 +338,7 @@ def _late(row: dict[str, Any]) -> bool:
 def _window(row: dict[str, Any], before_ns: int) -> dict[str, Any]:
     to_ns = int(row["enter_c"] + row["clock_offset_ns"])  # back on the node's own clock
     return {
+        "cluster_id": row["cluster_id"],
         "node_id": row["node_id"],
         "pid": row["pid"],
         "tid": row["tid"],

@@ -1,6 +1,7 @@
 -- Schema v2: typed copies of the node agent's events that the straggler analysis reads.
 -- The writer fills both tables in the same transaction as `events` (echo/queries/staging/), so a
--- collective is acknowledged only once it is in both; `events` stays the system of record.
+-- collective is acknowledged only once it is in both; `events` stays the system of record. The *_key
+-- columns are hashes computed once at ingest, so the analysis joins on integers, not strings.
 -- Existing stores are backfilled from `events` when this migration is applied.
 CREATE TABLE collectives (
     event_id         VARCHAR NOT NULL, -- the row's id in events
@@ -23,7 +24,11 @@ CREATE TABLE collectives (
     enter_ns         BIGINT NOT NULL,  -- host called the collective (node clock, Unix ns)
     return_ns        BIGINT,           -- the call returned (it only enqueues)
     complete_ns      BIGINT,           -- the sync that waited for it returned; NULL when none did
-    causal_chain_id  VARCHAR           -- <comm_id>:<seq> as sent
+    causal_chain_id  VARCHAR,          -- <comm_id>:<seq> as sent
+    stream_key       UBIGINT,          -- hash of the stream: (cluster, node, process, agent run if unaligned, comm_id)
+    inst_key         UBIGINT,          -- hash of the instance (cluster, comm_id, seq); NULL when seq is not aligned
+    node_key         UBIGINT,          -- hash of (cluster, node)
+    thread_key       UBIGINT           -- hash of (cluster, node, pid, tid): joins host_activity
 );
 CREATE TABLE host_activity (
     event_id         VARCHAR NOT NULL,
@@ -39,5 +44,7 @@ CREATE TABLE host_activity (
     preempted_by     VARCHAR,          -- preempted only: 'job' (a traced process took the CPU) or 'other'
     start_ns         BIGINT NOT NULL,  -- node clock, Unix ns
     end_ns           BIGINT NOT NULL,
-    causal_chain_id  VARCHAR
+    causal_chain_id  VARCHAR,
+    thread_key       UBIGINT,          -- hash of (cluster, node, pid, tid), as in collectives
+    start_bucket     BIGINT            -- start_ns // 1e9: lets a time-window join skip whole row groups
 );

@@ -52,7 +52,7 @@ target AS (
     LIMIT 1
 )
 SELECT l.cluster_id, l.node_id, l.rank, l.pid, l.tid, l.comm_key || ':' || l.seq_g AS causal_chain_id,
-       l.causal_chain_id AS rank_chain_id, l.step, l.op, l.bytes, l.n, l.enter_c, l.clock_offset_ns,
+       l.step, l.n, l.enter_c, l.clock_offset_ns,
        l.host_late_ns / 1e6 AS host_late_ms, l.gpu_late_ns / 1e6 AS gpu_late_ms, l.delay_ns / 1e6 AS delay_ms,
        l.threshold_ns / 1e6 AS threshold_ms, l.presync_ns / 1e6 AS presync_ms,
        (l.node_id = $node_id AND l.rank = $rank) AS is_target
@@ -60,25 +60,31 @@ FROM l JOIN target t USING (cluster_id, comm_key, seq_g)
 ORDER BY l.enter_c;
 
 -- name: explain_timeline
--- What one thread did in [$from_ns, $to_ns) (its node's clock): each interval with its category,
--- start relative to $to_ns (ms, negative = before) and length, clipped to the window.
+-- What one thread of $cluster_id did in [$from_ns, $to_ns) (its node's clock): each interval with its
+-- category, start relative to $to_ns (ms, negative = before) and length, clipped to the window
+-- (intervals that began more than a minute before the window are not looked for).
 SELECT kind, cuda_call, state, rk_activity_category(kind, cuda_call, state, preempted_by) AS category,
        (greatest(start_ns, $from_ns) - $to_ns) / 1e6 AS start_ms,
        (least(end_ns, $to_ns) - greatest(start_ns, $from_ns)) / 1e6 AS ms
 FROM host_activity
-WHERE node_id = $node_id AND pid = $pid AND tid = $tid AND end_ns > $from_ns AND start_ns < $to_ns
+WHERE thread_key = hash($cluster_id, $node_id, $pid, $tid)
+  AND start_bucket BETWEEN $from_ns // 1000000000 - 60 AND $to_ns // 1000000000
+  AND end_ns > $from_ns AND start_ns < $to_ns
 ORDER BY start_ns
 LIMIT $max_rows;
 
 -- name: explain_breakdown
--- For each window in $windows (a list of {node_id, pid, tid, from_ns, to_ns}, node clocks): the time
--- its thread spent in each category (ms); host_compute_ms is what no interval covers.
+-- For each window in $windows (a list of {cluster_id, node_id, pid, tid, from_ns, to_ns}, node clocks):
+-- the time its thread spent in each category (ms); host_compute_ms is what no interval covers.
 WITH w AS (SELECT unnest($windows, recursive := true)),
 spent AS (
-    SELECT w.node_id, w.pid, w.tid, w.from_ns, w.to_ns, rk_activity_category(h.kind, h.cuda_call, h.state, h.preempted_by) AS category,
+    SELECT w.node_id, w.pid, w.tid, w.from_ns, w.to_ns,
+           rk_activity_category(h.kind, h.cuda_call, h.state, h.preempted_by) AS category,
            least(h.end_ns, w.to_ns) - greatest(h.start_ns, w.from_ns) AS ns
     FROM w JOIN host_activity h
-      ON h.node_id = w.node_id AND h.pid = w.pid AND h.tid = w.tid AND h.end_ns > w.from_ns AND h.start_ns < w.to_ns
+      ON h.thread_key = hash(w.cluster_id, w.node_id, w.pid, w.tid)
+     AND h.start_bucket BETWEEN w.from_ns // 1000000000 - 60 AND w.to_ns // 1000000000
+     AND h.end_ns > w.from_ns AND h.start_ns < w.to_ns
 )
 SELECT w.node_id, w.pid, w.tid, (w.to_ns - w.from_ns) / 1e6 AS window_ms,
        coalesce(sum(s.ns) FILTER (WHERE s.category = 'allocator'), 0) / 1e6 AS allocator_ms,

@@ -13,11 +13,8 @@
 -- make everyone wait), with its stream: one process's calls on one communicator as one agent run
 -- numbered them. The window is read 5 s wider on each side so clock offsets do not cut instances.
 CREATE OR REPLACE TEMP MACRO rk_collective_rows(start_ns, end_ns, cluster) AS TABLE
-SELECT cluster_id, node_id, rank, pid, process_start_ns, agent_instance, tid, op, comm_id, seq,
-       coalesce(seq_aligned, false) AS seq_aligned, bytes, enter_ns, return_ns, complete_ns,
-       causal_chain_id,
-       hash(node_id, pid, process_start_ns,
-            CASE WHEN coalesce(seq_aligned, false) THEN '' ELSE agent_instance END, comm_id) AS stream
+SELECT cluster_id, node_id, rank, pid, process_start_ns, agent_instance, tid, op, comm_id, seq, seq_aligned, bytes,
+       enter_ns, return_ns, complete_ns, causal_chain_id, stream_key AS stream, inst_key, node_key, thread_key
 FROM collectives
 WHERE op IN ('ncclAllReduce', 'ncclAllGather', 'ncclReduceScatter', 'ncclBroadcast', 'ncclBcast', 'ncclReduce')
   AND comm_id IS NOT NULL AND seq IS NOT NULL AND rank IS NOT NULL
@@ -25,45 +22,38 @@ WHERE op IN ('ncclAllReduce', 'ncclAllGather', 'ncclReduceScatter', 'ncclBroadca
   AND (end_ns IS NULL OR enter_ns < end_ns + 5000000000)
   AND (cluster IS NULL OR cluster_id = cluster);
 
--- name: rk_aligned_rows
--- The window's collective rows on the cluster's common numbering: comm_key and seq_g (= seq + shift,
--- the same on every rank for one instance), chain_key = comm_key:seq_g (the realigned
--- causal_chain_id), and how the stream was placed (alignment): 'aligned' (the agent saw the
--- communicator's creation), 'realigned' (fitted to a reference stream; fit_ns is the fit's mean
--- deviation: a right shift leaves only completion noise), 'anchor' (an unaligned stream no aligned one
--- matches: it becomes the reference of its communicator, steps counted from what was observed),
--- 'unmatched' (no reference fits: comm_key is NULL and the rows stay out of cross-rank comparisons).
-CREATE OR REPLACE TEMP MACRO rk_aligned_rows(start_ns, end_ns, cluster) AS TABLE
-WITH numbered AS (
-    SELECT *,
-           lag(complete_ns) OVER s AS prev_complete_ns,
-           lag(return_ns) OVER s AS prev_return_ns,
-           count(*) OVER (PARTITION BY stream) AS stream_rows,
-           min(complete_ns) OVER (PARTITION BY stream) AS first_complete
-    FROM rk_collective_rows(start_ns, end_ns, cluster)
-    WINDOW s AS (PARTITION BY stream ORDER BY seq)
-),
-rows AS MATERIALIZED (
-    -- pos: place in the stream's completion group (0 = the first call one sync completed); prev_ns: the
-    -- end of what came before it on the stream (the previous group's completion, else the previous
-    -- call's return), which opens the window of what the rank did before calling
-    SELECT * EXCLUDE (prev_complete_ns, prev_return_ns),
-           seq - max(CASE WHEN complete_ns IS DISTINCT FROM prev_complete_ns THEN seq END)
-                     OVER (PARTITION BY stream ORDER BY seq ROWS UNBOUNDED PRECEDING) AS pos,
-           CASE WHEN complete_ns IS DISTINCT FROM prev_complete_ns THEN prev_complete_ns
-                ELSE prev_return_ns END AS prev_ns
-    FROM numbered
-),
-streams AS (  -- each stream's process and the shape of its calls (most common op and size)
+-- name: rk_group_position
+-- The seq of a call that opens a completion group on its stream (a sync completed it, not the same sync
+-- as the call before), else NULL. The running max of it over a stream is each call's group start, so a
+-- call's position in its group is pos = seq - that (0 = the first call one sync completed).
+CREATE OR REPLACE TEMP MACRO rk_group_position(complete_ns, prev_complete_ns, seq) AS
+CASE WHEN complete_ns IS DISTINCT FROM prev_complete_ns THEN seq END;
+
+-- name: rk_stream_placement
+-- One row per stream an agent numbered on its own (attached mid-run or restarted): the communicator
+-- key and sequence shift that put it on the cluster's common numbering, and how (method): 'realigned'
+-- (fitted to a reference stream; fit_ns is the fit's mean deviation: a right shift leaves only
+-- completion noise), 'anchor' (no aligned stream matches: it becomes the reference of its
+-- communicator, steps counted from what was observed), 'unmatched' (no reference fits: comm_key NULL,
+-- left out of cross-rank comparisons). Streams whose agent saw the communicator created are 'aligned'
+-- as they are and not listed; only clusters with unaligned streams pay for the fitting.
+CREATE OR REPLACE TEMP MACRO rk_stream_placement(start_ns, end_ns, cluster) AS TABLE
+WITH base AS (SELECT * FROM rk_collective_rows(start_ns, end_ns, cluster)),
+fitting AS (SELECT DISTINCT cluster_id FROM base WHERE NOT seq_aligned),
+streams AS MATERIALIZED (  -- where something must be fitted: each stream's process and the shape of its
+    -- calls (most common op and size)
     SELECT cluster_id, stream, any_value(comm_id) AS comm_id, bool_and(seq_aligned) AS seq_aligned,
-           any_value(stream_rows) AS stream_rows, min(rank) AS rank, any_value(node_id) AS node_id,
-           any_value(pid) AS pid, any_value(process_start_ns) AS started, mode(op) AS op, mode(bytes) AS bytes
-    FROM rows GROUP BY cluster_id, stream
+           count(*) AS stream_rows, min(rank) AS rank, any_value(node_id) AS node_id, any_value(pid) AS pid,
+           any_value(process_start_ns) AS started, mode(op) AS op, mode(bytes) AS bytes,
+           min(complete_ns) AS first_complete
+    FROM base SEMI JOIN fitting USING (cluster_id)
+    GROUP BY cluster_id, stream
 ),
-refs AS (
-    -- references: the longest stream of each aligned communicator and shape, and one anchor per shape
-    -- among the unaligned streams (an unaligned id says nothing across processes: the agent numbers
-    -- communicators in the order each process happened to use them after it attached)
+refs AS MATERIALIZED (
+    -- references (only where something must be fitted): the longest stream of each aligned
+    -- communicator and shape, and one anchor per shape among the unaligned streams (an unaligned id
+    -- says nothing across processes: the agent numbers communicators in the order each process
+    -- happened to use them after it attached)
     (SELECT DISTINCT ON (cluster_id, comm_id, op, bytes) cluster_id, comm_id, seq_aligned, stream AS ref_stream
      FROM streams WHERE seq_aligned
      ORDER BY cluster_id, comm_id, op, bytes, stream_rows DESC, rank, stream)
@@ -72,11 +62,21 @@ refs AS (
      FROM streams WHERE NOT seq_aligned
      ORDER BY cluster_id, op, bytes, stream_rows DESC, rank, stream)
 ),
+fit_rows AS MATERIALIZED (  -- the rows the fit reads: unaligned streams and references, with pos
+    SELECT *, seq - max(rk_group_position(complete_ns, prev_complete_ns, seq))
+                        OVER (PARTITION BY stream ORDER BY seq ROWS UNBOUNDED PRECEDING) AS pos
+    FROM (
+        SELECT b.stream, b.cluster_id, b.seq, b.op, b.bytes, b.complete_ns, b.seq_aligned,
+               lag(b.complete_ns) OVER (PARTITION BY b.stream ORDER BY b.seq) AS prev_complete_ns
+        FROM base b
+        WHERE b.stream IN (SELECT stream FROM streams WHERE NOT seq_aligned UNION SELECT ref_stream FROM refs)
+    )
+),
 sample AS MATERIALIZED (  -- up to 256 completed calls per unaligned stream, after its first (partial) step
     SELECT * FROM (
-        SELECT *, row_number() OVER (PARTITION BY stream ORDER BY seq) AS nth
-        FROM rows
-        WHERE NOT seq_aligned AND complete_ns > first_complete)
+        SELECT f.*, row_number() OVER (PARTITION BY f.stream ORDER BY f.seq) AS nth
+        FROM fit_rows f JOIN streams s USING (stream)
+        WHERE NOT f.seq_aligned AND f.complete_ns > s.first_complete)
     WHERE nth <= 256
 ),
 sample_size AS (SELECT stream, count(*) AS size FROM sample GROUP BY stream),
@@ -84,7 +84,7 @@ span AS (SELECT cluster_id, min(complete_ns) - 5000000000 AS lo, max(complete_ns
          FROM sample GROUP BY cluster_id),
 ref_rows AS MATERIALIZED (
     SELECT r.cluster_id, r.stream, r.op, r.bytes, r.pos, r.seq, r.complete_ns, f.comm_id, f.seq_aligned
-    FROM rows r
+    FROM fit_rows r
     JOIN refs f ON f.ref_stream = r.stream
     JOIN span s ON s.cluster_id = r.cluster_id AND r.complete_ns BETWEEN s.lo AND s.hi
 ),
@@ -98,8 +98,7 @@ pairs AS MATERIALIZED (  -- every same-shaped call of a reference stream within 
      AND r.complete_ns BETWEEN s.complete_ns - 5000000000 AND s.complete_ns + 5000000000
 ),
 fits AS (
-    SELECT stream, ref_stream, ref_comm, ref_aligned, shift, count(*) AS n,
-           median(d) AS offset_ns
+    SELECT stream, ref_stream, ref_comm, ref_aligned, shift, count(*) AS n, median(d) AS offset_ns
     FROM pairs GROUP BY ALL
 ),
 scored AS (
@@ -134,37 +133,55 @@ ref_of AS (  -- an anchor maps to its own aligned fit if it has one, else to its
     SELECT f.ref_stream, f.comm_id, coalesce(b.ref_comm, f.comm_id) AS comm_key, coalesce(b.shift, 0) AS shift
     FROM refs f LEFT JOIN best b ON b.stream = f.ref_stream AND b.ref_aligned
 ),
-placed AS (
-SELECT t.cluster_id, t.stream,
-       CASE WHEN t.seq_aligned THEN t.comm_id
-            WHEN b.ref_aligned THEN coalesce(h.comm_id, b.ref_comm)
-            WHEN b.stream IS NOT NULL THEN o.comm_key
-            WHEN o.ref_stream IS NOT NULL THEN o.comm_key END AS comm_key,
-       CASE WHEN t.seq_aligned THEN 0
-            WHEN b.ref_aligned THEN b.shift
-            WHEN b.stream IS NOT NULL THEN b.shift + o.shift
-            WHEN o.ref_stream IS NOT NULL THEN o.shift END AS shift,
-       CASE WHEN t.seq_aligned THEN 'aligned'
-            WHEN b.stream IS NOT NULL THEN 'realigned'
-            WHEN o.ref_stream IS NOT NULL THEN 'anchor'
-            ELSE 'unmatched' END AS method,
-       b.fit_ns, b.n AS fit_calls, b.offset_ns AS fit_offset_ns
-FROM streams t
-LEFT JOIN best b ON b.stream = t.stream
-LEFT JOIN ref_of o ON o.ref_stream = coalesce(b.ref_stream, t.stream)
-LEFT JOIN own_comm h ON h.stream = t.stream
+placed AS MATERIALIZED (
+    SELECT t.stream,
+           CASE WHEN t.seq_aligned THEN t.comm_id
+                WHEN b.ref_aligned THEN coalesce(h.comm_id, b.ref_comm)
+                WHEN b.stream IS NOT NULL THEN o.comm_key
+                WHEN o.ref_stream IS NOT NULL THEN o.comm_key END AS comm_key,
+           CASE WHEN t.seq_aligned THEN 0
+                WHEN b.ref_aligned THEN b.shift
+                WHEN b.stream IS NOT NULL THEN b.shift + o.shift
+                WHEN o.ref_stream IS NOT NULL THEN o.shift END AS shift,
+           CASE WHEN t.seq_aligned THEN 'aligned'
+                WHEN b.stream IS NOT NULL THEN 'realigned'
+                WHEN o.ref_stream IS NOT NULL THEN 'anchor'
+                ELSE 'unmatched' END AS method,
+           b.fit_ns, b.n AS fit_calls, b.offset_ns AS fit_offset_ns
+    FROM streams t
+    LEFT JOIN best b ON b.stream = t.stream
+    LEFT JOIN ref_of o ON o.ref_stream = coalesce(b.ref_stream, t.stream)
+    LEFT JOIN own_comm h ON h.stream = t.stream
 )
-SELECT r.* EXCLUDE (stream_rows, first_complete), p.comm_key, r.seq + p.shift AS seq_g,
-       p.comm_key || ':' || (r.seq + p.shift) AS chain_key, p.shift, p.method AS alignment, p.fit_ns,
-       p.fit_calls, p.fit_offset_ns
-FROM rows r JOIN placed p USING (cluster_id, stream);
+SELECT * FROM placed WHERE method <> 'aligned';
 
+-- name: rk_aligned_rows
+-- The window's collective rows on the cluster's common numbering: comm_key and seq_g (= seq + shift,
+-- the same on every rank for one instance; inst_key hashes (cluster, comm_key, seq_g) for fast joins).
+-- Rows of unmatched streams are left out (see rk_stream_placement).
+CREATE OR REPLACE TEMP MACRO rk_aligned_rows(start_ns, end_ns, cluster) AS TABLE
+SELECT cluster_id, node_id, rank, pid, tid, stream, seq, seq_aligned, enter_ns, return_ns, complete_ns,
+       comm_id AS comm_key, seq AS seq_g, inst_key, node_key, thread_key
+FROM rk_collective_rows(start_ns, end_ns, cluster)
+WHERE seq_aligned
+UNION ALL
+SELECT r.cluster_id, r.node_id, r.rank, r.pid, r.tid, r.stream, r.seq, r.seq_aligned, r.enter_ns, r.return_ns,
+       r.complete_ns, p.comm_key, r.seq + p.shift AS seq_g, hash(r.cluster_id, p.comm_key, r.seq + p.shift) AS inst_key,
+       r.node_key, r.thread_key
+FROM rk_collective_rows(start_ns, end_ns, cluster) r
+JOIN rk_stream_placement(start_ns, end_ns, cluster) p USING (stream)
+WHERE NOT r.seq_aligned AND p.comm_key IS NOT NULL;
 
 -- name: rk_stream_alignment
 -- One row per stream (one process's calls on one communicator, as one agent run numbered them): how it
--- was placed on the common numbering (see rk_aligned_rows) and the rows it holds in the window.
+-- was placed on the common numbering ('aligned' or as rk_stream_placement says) and its calls in the
+-- window.
 CREATE OR REPLACE TEMP MACRO rk_stream_alignment(start_ns, end_ns, cluster) AS TABLE
-SELECT cluster_id, node_id, rank, stream, comm_id, comm_key, shift, alignment, fit_ns, fit_calls, fit_offset_ns,
-       count(*) AS calls
-FROM rk_aligned_rows(start_ns, end_ns, cluster)
-GROUP BY ALL;
+SELECT s.cluster_id, s.node_id, s.rank, s.stream, s.comm_id,
+       coalesce(p.comm_key, CASE WHEN s.seq_aligned THEN s.comm_id END) AS comm_key, coalesce(p.shift, 0) AS shift,
+       coalesce(p.method, CASE WHEN s.seq_aligned THEN 'aligned' ELSE 'unmatched' END) AS alignment,
+       p.fit_ns, p.fit_calls, p.fit_offset_ns, s.calls
+FROM (SELECT cluster_id, stream, any_value(node_id) AS node_id, min(rank) AS rank, any_value(comm_id) AS comm_id,
+             bool_and(seq_aligned) AS seq_aligned, count(*) AS calls
+      FROM rk_collective_rows(start_ns, end_ns, cluster) GROUP BY cluster_id, stream) s
+LEFT JOIN rk_stream_placement(start_ns, end_ns, cluster) p USING (stream);

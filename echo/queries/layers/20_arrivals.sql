@@ -2,74 +2,65 @@
 -- Clocks: nobody leaves a collective before the last rank arrives, so all ranks of one instance
 -- complete together; each node's offset is the median over instances of how much later its ranks
 -- report completion than the instance's median, relative to the cluster's reference node (the one
--- with the most ranks; ties by name). Only instances spanning two or more nodes count.
+-- with the most ranks; ties by name). Only instances spanning two or more nodes count, at most about
+-- 20,000 of them (an even sample of the window: the offset is a median, more adds nothing).
+-- Reference arrival of an instance: its lower-quartile arrival (the 2nd of 8, the earliest of 2 to
+-- 4), so up to three quarters of the ranks, a whole late node among them, can be late against it.
 -- Steps: the cluster's primary communicator (the one most ranks share) defines them; a step is a
 -- group of its collectives that one sync completes (the same group on every rank); a collective of
--- another communicator belongs to the step whose sync completed it on that process.
+-- another communicator belongs to the step whose sync completed it on the process that references that
+-- communicator. Group positions and steps are read off one reference stream per communicator.
 
 -- name: rk_arrivals
--- One row per (instance, rank) on the reference clock (enter_c, return_c, complete_c), with its step,
--- its position in the step's completion group (pos: 0 = first collective of the group on that
--- communicator), the end of what the rank did before (prev_c: its previous completion, or its
--- previous call's return within a group), and the instance around it: ranks seen (n), the
--- communicator's size (comm_size: most ranks ever seen on one instance), the reference arrival
--- (ref_c: median of the earliest half of the arrivals, so a whole late node cannot pull it late),
--- host_late_ns against it and the instance's completion (done_c);
--- and the node's clock: clock_offset_ns (subtracted), its uncertainty and the reference node.
+-- One row per (instance, rank) on the reference clock (enter_c, return_c, complete_c), with the
+-- instance around it: its step, its position in the step's completion group (pos: 0 = first
+-- collective of the group on that communicator), ranks seen (n), the communicator's size (comm_size:
+-- most ranks ever seen on one instance), the reference arrival (ref_c), host_late_ns against it, the
+-- latest arrival's lateness (last_late_ns), the instance's completion (done_c: the earliest any rank saw
+-- it complete) and first_rank (the lowest rank of the instance, to pick one row per instance); and the
+-- node's clock offset (clock_offset_ns, subtracted) and the reference node (see rk_clock_offsets).
 CREATE OR REPLACE TEMP MACRO rk_arrivals(start_ns, end_ns, cluster) AS TABLE
-WITH a AS MATERIALIZED (SELECT * FROM rk_aligned_rows(start_ns, end_ns, cluster) WHERE comm_key IS NOT NULL),
-shared AS (  -- instances seen on two or more nodes: the only ones that say anything about clocks
-    SELECT cluster_id, comm_key, seq_g, median(complete_ns) AS mid
-    FROM a WHERE complete_ns IS NOT NULL
-    GROUP BY ALL HAVING count(DISTINCT node_id) >= 2
-),
-dev AS (
-    SELECT a.cluster_id, a.node_id, a.complete_ns - s.mid AS d
-    FROM a JOIN shared s USING (cluster_id, comm_key, seq_g)
-    WHERE a.complete_ns IS NOT NULL
-),
-per_node AS (SELECT cluster_id, node_id, median(d) AS med, count(*) AS n FROM dev GROUP BY ALL),
-spread AS (
-    SELECT p.cluster_id, p.node_id, p.med, p.n, median(abs(d.d - p.med)) AS mad
-    FROM per_node p JOIN dev d USING (cluster_id, node_id) GROUP BY ALL
-),
-nodes AS (SELECT cluster_id, node_id, count(DISTINCT rank) AS ranks FROM a GROUP BY ALL),
-reference AS (
-    SELECT DISTINCT ON (cluster_id) cluster_id, node_id AS reference_node
-    FROM nodes ORDER BY cluster_id, ranks DESC, node_id
-),
-clock AS (
-    SELECT n.cluster_id, n.node_id,
-           CAST(coalesce(s.med - rs.med, 0) AS BIGINT) AS clock_offset_ns,
-           1.4826 * s.mad / sqrt(s.n) AS clock_uncertainty_ns,
-           coalesce(s.n, 0) AS clock_instances,
-           r.reference_node
-    FROM nodes n
-    JOIN reference r USING (cluster_id)
-    LEFT JOIN spread s USING (cluster_id, node_id)
-    LEFT JOIN spread rs ON rs.cluster_id = n.cluster_id AND rs.node_id = r.reference_node
+WITH a AS MATERIALIZED (SELECT * FROM rk_aligned_rows(start_ns, end_ns, cluster)),
+clock AS MATERIALIZED (
+    SELECT hash(cluster_id, node_id) AS node_key, offset_ns AS clock_offset_ns, reference_node
+    FROM rk_clock_offsets(start_ns, end_ns, cluster)
 ),
 c AS MATERIALIZED (
-    SELECT a.* EXCLUDE (enter_ns, return_ns, complete_ns, prev_ns),
-           a.enter_ns - k.clock_offset_ns AS enter_c, a.return_ns - k.clock_offset_ns AS return_c,
-           a.complete_ns - k.clock_offset_ns AS complete_c, a.prev_ns - k.clock_offset_ns AS prev_c,
-           k.clock_offset_ns, k.clock_uncertainty_ns, k.clock_instances, k.reference_node
-    FROM a JOIN clock k USING (cluster_id, node_id)
+    SELECT a.cluster_id, a.node_id, a.rank, a.pid, a.tid, a.stream, a.seq, a.comm_key, a.seq_g, a.inst_key,
+           a.thread_key, a.seq_aligned, a.enter_ns - k.clock_offset_ns AS enter_c,
+           a.return_ns - k.clock_offset_ns AS return_c, a.complete_ns - k.clock_offset_ns AS complete_c,
+           k.clock_offset_ns, k.reference_node
+    FROM a JOIN clock k USING (node_key)
 ),
-comm_ranks AS (SELECT cluster_id, comm_key, count(DISTINCT rank) AS ranks, count(DISTINCT seq_g) AS instances
-               FROM c GROUP BY ALL),
+inst AS MATERIALIZED (
+    SELECT inst_key, any_value(cluster_id) AS cluster_id, any_value(comm_key) AS comm_key, any_value(seq_g) AS seq_g,
+           count(*) AS n, quantile_disc(enter_c, 0.25) AS ref_c, max(enter_c) AS last_c, min(complete_c) AS done_c,
+           min(rank) AS first_rank
+    FROM c GROUP BY inst_key
+),
+comm_ranks AS (SELECT cluster_id, comm_key, max(n) AS ranks, count(*) AS instances FROM inst GROUP BY ALL),
 primary_comm AS (
     SELECT DISTINCT ON (cluster_id) cluster_id, comm_key AS primary_key
     FROM comm_ranks ORDER BY cluster_id, ranks DESC, instances DESC, comm_key
 ),
-primary_inst AS MATERIALIZED (  -- the primary communicator's instances, with the start of each step
-    SELECT c.cluster_id, c.comm_key, c.seq_g, mode(c.pos) AS pos
-    FROM c JOIN primary_comm p ON p.cluster_id = c.cluster_id AND p.primary_key = c.comm_key
-    GROUP BY ALL
+ref_streams AS (  -- per communicator: the stream that saw the most of it, an aligned one first
+    SELECT DISTINCT ON (cluster_id, comm_key) cluster_id, comm_key, stream, node_id, pid
+    FROM (SELECT cluster_id, comm_key, stream, any_value(node_id) AS node_id, any_value(pid) AS pid,
+                 bool_and(seq_aligned) AS aligned, count(*) AS calls, min(rank) AS rank
+          FROM c GROUP BY ALL)
+    ORDER BY cluster_id, comm_key, aligned DESC, calls DESC, rank, stream
 ),
-starts AS (
-    SELECT *, CAST(sum(CASE WHEN pos = 0 THEN 1 ELSE 0 END) OVER (PARTITION BY cluster_id ORDER BY seq_g) AS BIGINT) AS nth
-    FROM primary_inst
+ref_calls AS MATERIALIZED (  -- the reference streams' calls with their place in the completion group
+    SELECT *, seq - max(rk_group_position(complete_c, prev_complete_c, seq))
+                        OVER (PARTITION BY stream ORDER BY seq ROWS UNBOUNDED PRECEDING) AS pos
+    FROM (SELECT c.cluster_id, c.comm_key, c.seq_g, c.seq, c.stream, c.complete_c, r.node_id, r.pid,
+                 lag(c.complete_c) OVER (PARTITION BY c.stream ORDER BY c.seq) AS prev_complete_c
+          FROM c JOIN ref_streams r USING (cluster_id, comm_key, stream))
+),
+starts AS (  -- the primary communicator's reference calls, numbered by the step they open
+    SELECT r.*, CAST(sum(CASE WHEN r.pos = 0 THEN 1 ELSE 0 END) OVER (PARTITION BY r.cluster_id ORDER BY r.seq_g)
+                     AS BIGINT) AS nth
+    FROM ref_calls r JOIN primary_comm p ON p.cluster_id = r.cluster_id AND p.primary_key = r.comm_key
 ),
 group_size AS (  -- collectives per step on the primary communicator: steps are seq_g // size when regular
     SELECT cluster_id, median(n) AS size, min(n) = max(n) AS regular
@@ -83,33 +74,33 @@ primary_steps AS (
     FROM starts s JOIN group_size g USING (cluster_id) JOIN first_start f USING (cluster_id)
     WHERE s.nth > 0
 ),
-sync_steps AS (  -- the step of each sync that completed primary collectives, per process
+sync_steps AS (  -- per reference process and completing sync: the step (from its primary calls)
     SELECT c.cluster_id, c.node_id, c.pid, c.complete_c, min(p.step) AS step
-    FROM c JOIN primary_steps p USING (cluster_id, comm_key, seq_g)
+    FROM c
+    SEMI JOIN (SELECT DISTINCT node_id, pid FROM ref_streams) r USING (node_id, pid)
+    JOIN primary_steps p USING (cluster_id, comm_key, seq_g)
     WHERE c.complete_c IS NOT NULL
     GROUP BY ALL
 ),
-stepped AS MATERIALIZED (  -- any row: the step whose sync completed it on that process
-    SELECT c.*, s.step AS row_step
-    FROM c LEFT JOIN sync_steps s USING (cluster_id, node_id, pid, complete_c)
+placed AS MATERIALIZED (  -- every instance: its position in the group and its step
+    SELECT r.cluster_id, r.comm_key, r.seq_g, r.pos, coalesce(p.step, s.step) AS step
+    FROM ref_calls r
+    LEFT JOIN primary_steps p USING (cluster_id, comm_key, seq_g)
+    LEFT JOIN sync_steps s
+      ON s.cluster_id = r.cluster_id AND s.node_id = r.node_id AND s.pid = r.pid AND s.complete_c = r.complete_c
 ),
-inst AS (
-    SELECT cluster_id, comm_key, seq_g,
-           count(*) AS n,
-           count(DISTINCT node_id) AS n_nodes,
-           mode(row_step) AS step,
-           list_median(list_slice(list_sort(list(enter_c)), 1, CAST(ceil(count(*) / 2) AS BIGINT))) AS ref_c,
-           median(complete_c) AS done_c
-    FROM stepped GROUP BY ALL
+context AS MATERIALIZED (  -- per instance, everything a row needs to know about it
+    SELECT i.inst_key, i.n, i.ref_c, i.last_c, i.done_c, i.first_rank, p.step, p.pos, m.ranks AS comm_size,
+           q.primary_key = i.comm_key AS on_primary
+    FROM inst i
+    JOIN comm_ranks m USING (cluster_id, comm_key)
+    JOIN primary_comm q USING (cluster_id)
+    LEFT JOIN placed p USING (cluster_id, comm_key, seq_g)
+    WHERE (start_ns IS NULL OR i.ref_c >= start_ns) AND (end_ns IS NULL OR i.ref_c < end_ns)
 )
-SELECT s.* EXCLUDE (row_step), i.n, i.n_nodes, i.step, i.ref_c, i.done_c,
-       CAST(s.enter_c - i.ref_c AS BIGINT) AS host_late_ns, m.ranks AS comm_size,
-       p.primary_key = s.comm_key AS on_primary
-FROM stepped s
-JOIN inst i USING (cluster_id, comm_key, seq_g)
-JOIN comm_ranks m USING (cluster_id, comm_key)
-JOIN primary_comm p USING (cluster_id)
-WHERE (start_ns IS NULL OR i.ref_c >= start_ns) AND (end_ns IS NULL OR i.ref_c < end_ns);
+SELECT c.*, x.n, x.step, x.pos, x.ref_c, x.done_c, x.first_rank, CAST(c.enter_c - x.ref_c AS BIGINT) AS host_late_ns,
+       CAST(x.last_c - x.ref_c AS BIGINT) AS last_late_ns, x.comm_size, x.on_primary
+FROM c JOIN context x USING (inst_key);
 
 -- name: rk_clock_offsets
 -- Per (cluster, node): offset_ns subtracted from that node's timestamps to put them on the reference
@@ -117,8 +108,36 @@ WHERE (start_ns IS NULL OR i.ref_c >= start_ns) AND (end_ns IS NULL OR i.ref_c <
 -- instances it rests on, and the reference node. A node that shares no instance with another node
 -- keeps offset 0 with NULL uncertainty.
 CREATE OR REPLACE TEMP MACRO rk_clock_offsets(start_ns, end_ns, cluster) AS TABLE
-SELECT cluster_id, node_id, count(DISTINCT rank) AS ranks, any_value(clock_offset_ns) AS offset_ns,
-       any_value(clock_uncertainty_ns) AS uncertainty_ns, any_value(clock_instances) AS instances,
-       any_value(reference_node) AS reference_node
-FROM rk_arrivals(start_ns, end_ns, cluster)
-GROUP BY cluster_id, node_id;
+WITH a AS (SELECT cluster_id, node_id, rank, comm_key, seq_g, complete_ns FROM rk_aligned_rows(start_ns, end_ns, cluster)),
+every AS (SELECT greatest(1, count(*) // 200000) AS k FROM a),
+sampled AS MATERIALIZED (  -- about 20,000 instances spread over the window
+    SELECT cluster_id, node_id, comm_key, seq_g, complete_ns FROM a
+    WHERE complete_ns IS NOT NULL AND seq_g % (SELECT k FROM every) = 0
+),
+shared AS (  -- instances seen on two or more nodes: the only ones that say anything about clocks
+    SELECT cluster_id, comm_key, seq_g, median(complete_ns) AS mid
+    FROM sampled GROUP BY ALL HAVING count(DISTINCT node_id) >= 2
+),
+dev AS (
+    SELECT s.cluster_id, s.node_id, s.complete_ns - h.mid AS d
+    FROM sampled s JOIN shared h USING (cluster_id, comm_key, seq_g)
+),
+per_node AS (SELECT cluster_id, node_id, median(d) AS med, count(*) AS n FROM dev GROUP BY ALL),
+spread AS (
+    SELECT p.cluster_id, p.node_id, p.med, p.n, median(abs(d.d - p.med)) AS mad
+    FROM per_node p JOIN dev d USING (cluster_id, node_id) GROUP BY ALL
+),
+nodes AS (SELECT cluster_id, node_id, count(DISTINCT rank) AS ranks FROM a GROUP BY ALL),
+reference AS (
+    SELECT DISTINCT ON (cluster_id) cluster_id, node_id AS reference_node
+    FROM nodes ORDER BY cluster_id, ranks DESC, node_id
+)
+SELECT n.cluster_id, n.node_id, n.ranks,
+       CAST(coalesce(s.med - rs.med, 0) AS BIGINT) AS offset_ns,
+       1.4826 * s.mad / sqrt(s.n) AS uncertainty_ns,
+       coalesce(s.n, 0) AS instances,
+       r.reference_node
+FROM nodes n
+JOIN reference r USING (cluster_id)
+LEFT JOIN spread s USING (cluster_id, node_id)
+LEFT JOIN spread rs ON rs.cluster_id = n.cluster_id AND rs.node_id = r.reference_node;

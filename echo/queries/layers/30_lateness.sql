@@ -22,11 +22,18 @@ CREATE OR REPLACE TEMP MACRO rk_lateness(start_ns, end_ns, cluster, min_late_ms 
 WITH a AS MATERIALIZED (
     SELECT * FROM rk_arrivals(start_ns, end_ns, cluster) WHERE n = comm_size AND n >= 2
 ),
-lateness AS (
+lateness AS (  -- the noise, from the primary communicator's arrivals (about 500,000 of them at most)
     SELECT cluster_id, median(host_late_ns) AS noise_median_ns, 1.4826 * mad(host_late_ns) AS noise_sigma_ns
-    FROM a WHERE on_primary GROUP BY cluster_id
+    FROM a
+    WHERE on_primary AND seq_g % greatest(1, (SELECT count(*) FROM a) // 500000) = 0
+    GROUP BY cluster_id
 ),
-step_done AS (SELECT cluster_id, step, min(done_c) AS done_c FROM a WHERE on_primary GROUP BY ALL),
+inst AS MATERIALIZED (  -- one row per instance (its lowest rank's)
+    SELECT inst_key, cluster_id, comm_key, seq_g, pos, step, on_primary, last_late_ns, done_c, ref_c,
+           done_c - ref_c AS wait_ns, done_c - ref_c - last_late_ns AS after_last_ns
+    FROM a WHERE rank = first_rank
+),
+step_done AS (SELECT cluster_id, step, min(done_c) AS done_c FROM inst WHERE on_primary GROUP BY ALL),
 steps AS (
     SELECT cluster_id, count(*) AS steps, median(gap) AS step_ns,
            min(done_c) AS first_done_c, max(done_c) AS last_done_c
@@ -39,58 +46,53 @@ noise AS (
                          coalesce(0.1 * s.step_ns, 0), 1e6) AS BIGINT) AS threshold_ns
     FROM steps s LEFT JOIN lateness l USING (cluster_id)
 ),
-inst AS MATERIALIZED (
-    SELECT a.cluster_id, a.comm_key, a.seq_g, any_value(a.pos) AS pos, max(a.host_late_ns) AS last_late_ns,
-           any_value(a.done_c) - any_value(a.ref_c) AS wait_ns,
-           any_value(a.done_c) - max(a.enter_c) AS after_last_ns,
-           max(a.host_late_ns) >= any_value(z.threshold_ns) AS has_late,
-           any_value(z.threshold_ns) AS threshold_ns
-    FROM a JOIN noise z USING (cluster_id)
-    GROUP BY a.cluster_id, a.comm_key, a.seq_g
-),
 slot AS (  -- the slot's normal wait: over instances nobody was late at (else after the last arrival)
-    SELECT cluster_id, comm_key, pos,
-           coalesce(median(wait_ns) FILTER (WHERE NOT has_late), median(after_last_ns)) AS healthy_wait_ns
-    FROM inst GROUP BY ALL
+    SELECT i.cluster_id, i.comm_key, i.pos,
+           coalesce(median(i.wait_ns) FILTER (WHERE i.last_late_ns < z.threshold_ns), median(i.after_last_ns))
+               AS healthy_wait_ns
+    FROM inst i JOIN noise z USING (cluster_id) GROUP BY ALL
 ),
 delayed AS MATERIALIZED (
-    SELECT i.*, s.healthy_wait_ns, i.wait_ns - s.healthy_wait_ns AS delay_ns
-    FROM inst i JOIN slot s USING (cluster_id, comm_key, pos)
+    SELECT i.inst_key, i.cluster_id, i.comm_key, i.seq_g, i.pos, i.last_late_ns, i.wait_ns, s.healthy_wait_ns,
+           i.wait_ns - s.healthy_wait_ns AS delay_ns, z.threshold_ns
+    FROM inst i
+    JOIN noise z USING (cluster_id)
+    JOIN slot s ON s.cluster_id = i.cluster_id AND s.comm_key = i.comm_key AND s.pos IS NOT DISTINCT FROM i.pos
 ),
-suspects AS MATERIALIZED (  -- pos-0 rows of instances with a delay their host lateness does not explain
-    SELECT a.cluster_id, a.comm_key, a.seq_g, a.rank, a.node_id, a.pid, a.tid, a.prev_c, a.enter_c,
-           a.clock_offset_ns
-    FROM a JOIN delayed d USING (cluster_id, comm_key, seq_g)
-    WHERE d.pos = 0 AND a.prev_c IS NOT NULL
+suspects AS MATERIALIZED (  -- pos-0 rows of instances with a delay their host lateness does not explain,
+    -- each with the end of its previous step (the completion of its stream's previous call)
+    SELECT a.inst_key, a.rank, a.thread_key, b.complete_c AS prev_c, a.enter_c, a.clock_offset_ns
+    FROM a
+    JOIN delayed d USING (inst_key)
+    JOIN a b ON b.stream = a.stream AND b.seq = a.seq - 1
+    WHERE d.pos = 0 AND b.complete_c IS NOT NULL
       AND d.delay_ns >= d.threshold_ns AND d.delay_ns - greatest(d.last_late_ns, 0) >= d.threshold_ns / 2
 ),
 reach AS (  -- how many 1 s buckets back an interval can start and still overlap a window
     SELECT coalesce(max(end_ns - start_ns), 0) // 1000000000 + 1 AS buckets FROM host_activity WHERE kind = 'sync'
 ),
-suspect_buckets AS (  -- each window once per 1 s bucket an overlapping interval can start in (raw clock)
+suspect_buckets AS MATERIALIZED (  -- each window once per 1 s bucket an overlapping interval can start in (raw clock)
     SELECT s.*, unnest(range((s.prev_c + s.clock_offset_ns) // 1000000000 - r.buckets,
                              (s.enter_c + s.clock_offset_ns) // 1000000000 + 1)) AS bucket
     FROM suspects s CROSS JOIN reach r
 ),
 presync AS (
-    SELECT s.cluster_id, s.comm_key, s.seq_g, s.rank,
+    SELECT s.inst_key, s.rank,
            coalesce(sum(least(h.end_ns - s.clock_offset_ns, s.enter_c)
                         - greatest(h.start_ns - s.clock_offset_ns, s.prev_c)), 0) AS presync_ns
     FROM suspect_buckets s
     LEFT JOIN host_activity h
-      ON h.node_id = s.node_id AND h.pid = s.pid AND h.tid = s.tid AND h.kind = 'sync'
-     AND h.start_ns // 1000000000 = s.bucket
+      ON h.thread_key = s.thread_key AND h.start_bucket = s.bucket AND h.kind = 'sync'
      AND h.end_ns - s.clock_offset_ns > s.prev_c AND h.start_ns - s.clock_offset_ns < s.enter_c
     GROUP BY ALL
 ),
 presync_mid AS (
-    SELECT cluster_id, comm_key, seq_g, median(presync_ns) AS mid, max(presync_ns) AS top,
-           arg_max(rank, presync_ns) AS top_rank
+    SELECT inst_key, median(presync_ns) AS mid, arg_max(rank, presync_ns) AS top_rank
     FROM presync GROUP BY ALL
 ),
 excess AS (
     SELECT p.*, p.presync_ns - m.mid AS sync_excess_ns, p.rank = m.top_rank AS most_sync
-    FROM presync p JOIN presync_mid m USING (cluster_id, comm_key, seq_g)
+    FROM presync p JOIN presync_mid m USING (inst_key)
 )
 SELECT a.*, z.noise_median_ns, z.noise_sigma_ns, z.step_ns, z.steps, z.first_done_c, z.last_done_c,
        z.threshold_ns, a.host_late_ns >= z.threshold_ns AS host_late,
@@ -98,8 +100,8 @@ SELECT a.*, z.noise_median_ns, z.noise_sigma_ns, z.step_ns, z.steps, z.first_don
        CASE WHEN e.most_sync AND e.sync_excess_ns >= z.threshold_ns / 2 THEN d.delay_ns END AS gpu_late_ns
 FROM a
 JOIN noise z USING (cluster_id)
-JOIN delayed d USING (cluster_id, comm_key, seq_g)
-LEFT JOIN excess e USING (cluster_id, comm_key, seq_g, rank);
+JOIN delayed d USING (inst_key)
+LEFT JOIN excess e USING (inst_key, rank);
 
 -- name: rk_noise
 -- Per cluster: the noise the lateness threshold comes from (median and robust sigma of the primary
@@ -115,7 +117,7 @@ FROM rk_lateness(start_ns, end_ns, cluster, min_late_ms);
 -- ranks that were not late).
 CREATE OR REPLACE TEMP MACRO rk_instances(start_ns, end_ns, cluster, min_late_ms := NULL) AS TABLE
 SELECT cluster_id, comm_key, seq_g, comm_key || ':' || seq_g AS causal_chain_id, any_value(step) AS step,
-       any_value(pos) AS pos, any_value(op) AS op, any_value(bytes) AS bytes, count(*) AS ranks,
+       any_value(pos) AS pos, count(*) AS ranks,
        CAST(min(ref_c) AS BIGINT) AS timestamp_ns,
        (max(enter_c) - min(enter_c)) / 1e6 AS spread_ms,
        arg_max(node_id, enter_c) AS last_host_node, arg_max(rank, enter_c) AS last_host_rank,

@@ -18,17 +18,15 @@
 -- with NULL episode columns, so "no straggler" still comes with the noise it was measured against.
 CREATE OR REPLACE TEMP MACRO rk_episodes(start_ns, end_ns, cluster, min_late_ms := NULL) AS TABLE
 WITH l AS MATERIALIZED (SELECT * FROM rk_lateness(start_ns, end_ns, cluster, min_late_ms)),
-per_inst AS (  -- per instance: how many ranks were late, and who was the latest (the culprit)
-    SELECT cluster_id, comm_key, seq_g,
-           count(*) FILTER (WHERE host_late OR gpu_late_ns IS NOT NULL) AS late_ranks,
-           arg_max(rank, greatest(host_late_ns, coalesce(gpu_late_ns, 0))) AS culprit
-    FROM l GROUP BY ALL
+late_rows AS MATERIALIZED (SELECT * FROM l WHERE host_late OR gpu_late_ns IS NOT NULL),
+per_inst AS (  -- per instance with someone late: how many ranks were, and who was the latest (the culprit)
+    SELECT inst_key, count(*) AS late_ranks, arg_max(rank, greatest(host_late_ns, coalesce(gpu_late_ns, 0))) AS culprit
+    FROM late_rows GROUP BY inst_key
 ),
 flagged AS (
     SELECT l.*, greatest(l.host_late_ns, coalesce(l.gpu_late_ns, 0)) AS late_ns, p.late_ranks,
            l.rank = p.culprit AS culprit
-    FROM l JOIN per_inst p USING (cluster_id, comm_key, seq_g)
-    WHERE l.host_late OR l.gpu_late_ns IS NOT NULL
+    FROM late_rows l JOIN per_inst p USING (inst_key)
 ),
 steps AS (
     SELECT cluster_id, node_id, rank, step,
@@ -42,23 +40,35 @@ steps AS (
     FROM flagged
     GROUP BY ALL
 ),
-late AS MATERIALIZED (  -- per (rank, step): the first late instance opens the episode
-    SELECT DISTINCT ON (cluster_id, node_id, rank, step) cluster_id, node_id, rank, step, comm_key, seq_g
-    FROM l WHERE host_late OR gpu_late_ns IS NOT NULL
-    ORDER BY cluster_id, node_id, rank, step, enter_c
+late AS MATERIALIZED (  -- per (rank, step): the first late instance opens the episode; the causes of a
+    -- rank's latest 256 episodes are looked into (the rest keep a NULL cause)
+    SELECT * FROM (
+        SELECT DISTINCT ON (cluster_id, node_id, rank, step) cluster_id, node_id, rank, step, inst_key
+        FROM late_rows
+        ORDER BY cluster_id, node_id, rank, step, enter_c
+    )
+    QUALIFY row_number() OVER (PARTITION BY cluster_id, node_id, rank ORDER BY step DESC) <= 256
 ),
-windows AS MATERIALIZED (
-    SELECT e.cluster_id, e.node_id AS late_node, e.rank AS late_rank, e.step, r.node_id, r.rank, r.pid, r.tid,
-           r.rank = e.rank AND r.node_id = e.node_id AS is_late,
-           coalesce(r.prev_c, r.enter_c - 500000000) AS w_start, r.enter_c AS w_end, r.clock_offset_ns
+members AS (  -- the late rank and up to 8 of its on-time peers at that instance
+    SELECT e.node_id AS late_node, e.rank AS late_rank, r.*,
+           r.rank = e.rank AND r.node_id = e.node_id AS is_late
     FROM late e
-    JOIN l r ON r.cluster_id = e.cluster_id AND r.comm_key = e.comm_key AND r.seq_g = e.seq_g
+    JOIN l r USING (inst_key)
     WHERE (r.rank = e.rank AND r.node_id = e.node_id) OR (NOT r.host_late AND r.gpu_late_ns IS NULL)
+    QUALIFY row_number() OVER (PARTITION BY inst_key, e.node_id, e.rank
+                               ORDER BY (r.rank = e.rank AND r.node_id = e.node_id) DESC, r.rank) <= 9
+),
+windows AS MATERIALIZED (  -- from the end of each member's previous step (its stream's previous call)
+    SELECT m.cluster_id, m.late_node, m.late_rank, m.step, m.node_id, m.rank, m.thread_key, m.is_late,
+           coalesce(CASE WHEN p.complete_c IS DISTINCT FROM m.complete_c THEN p.complete_c ELSE p.return_c END,
+                    m.enter_c - 500000000) AS w_start,
+           m.enter_c AS w_end, m.clock_offset_ns
+    FROM members m LEFT JOIN l p ON p.stream = m.stream AND p.seq = m.seq - 1
 ),
 reach AS (  -- how many 1 s buckets back an interval can start and still overlap a window
     SELECT coalesce(max(end_ns - start_ns), 0) // 1000000000 + 1 AS buckets FROM host_activity
 ),
-window_buckets AS (  -- each window once per 1 s bucket an overlapping interval can start in (raw clock)
+window_buckets AS MATERIALIZED (  -- each window once per 1 s bucket an overlapping interval can start in (raw clock)
     SELECT w.*, unnest(range((w.w_start + w.clock_offset_ns) // 1000000000 - r.buckets,
                              (w.w_end + w.clock_offset_ns) // 1000000000 + 1)) AS bucket
     FROM windows w CROSS JOIN reach r
@@ -68,8 +78,7 @@ spent AS (
            rk_activity_category(h.kind, h.cuda_call, h.state, h.preempted_by) AS category,
            least(h.end_ns - w.clock_offset_ns, w.w_end) - greatest(h.start_ns - w.clock_offset_ns, w.w_start) AS ns
     FROM window_buckets w
-    JOIN host_activity h
-      ON h.node_id = w.node_id AND h.pid = w.pid AND h.tid = w.tid AND h.start_ns // 1000000000 = w.bucket
+    JOIN host_activity h ON h.thread_key = w.thread_key AND h.start_bucket = w.bucket
      AND h.end_ns - w.clock_offset_ns > w.w_start AND h.start_ns - w.clock_offset_ns < w.w_end
 ),
 w AS MATERIALIZED (

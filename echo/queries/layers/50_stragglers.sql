@@ -82,7 +82,8 @@ periods AS (
 ),
 causes AS (
     SELECT cluster_id, kind, node_id, rank, map(list(cause), list(n)) AS causes
-    FROM (SELECT cluster_id, kind, node_id, rank, cause, count(*) AS n FROM entity_steps GROUP BY ALL)
+    FROM (SELECT cluster_id, kind, node_id, rank, cause, count(*) AS n FROM entity_steps
+          WHERE cause IS NOT NULL GROUP BY ALL)
     GROUP BY ALL
 ),
 stragglers AS (

@@ -4,8 +4,17 @@
 -- Attributes are read once per row with a list of JSON paths; a malformed value becomes NULL.
 
 -- name: stage_collectives
--- One row per rankecho.nccl.collective point (collectives and send/recv).
+-- One row per rankecho.nccl.collective point (collectives and send/recv), with the integer keys the
+-- analysis joins on: its stream (one process's calls on one communicator as one agent run numbered
+-- them) and, when the agent saw the communicator created, its instance.
 INSERT INTO collectives
+SELECT *,
+       hash(cluster_id, node_id, pid, process_start_ns, CASE WHEN seq_aligned THEN '' ELSE agent_instance END,
+            comm_id) AS stream_key,
+       CASE WHEN seq_aligned AND seq IS NOT NULL THEN hash(cluster_id, comm_id, seq) END AS inst_key,
+       hash(cluster_id, node_id) AS node_key,
+       hash(cluster_id, node_id, pid, tid) AS thread_key
+FROM (
 SELECT event_id, cluster_id, node_id, rank, nranks,
        TRY_CAST(a[1] AS BIGINT) AS pid,
        TRY_CAST(a[2] AS BIGINT) AS process_start_ns,
@@ -14,7 +23,7 @@ SELECT event_id, cluster_id, node_id, rank, nranks,
        a[5] AS op,
        a[6] AS comm_id,
        TRY_CAST(a[7] AS BIGINT) AS seq,
-       TRY_CAST(a[8] AS BOOLEAN) AS seq_aligned,
+       coalesce(TRY_CAST(a[8] AS BOOLEAN), false) AS seq_aligned,
        TRY_CAST(a[9] AS INTEGER) AS comm_rank,
        TRY_CAST(a[10] AS INTEGER) AS comm_nranks,
        TRY_CAST(a[11] AS BIGINT) AS bytes,
@@ -34,12 +43,15 @@ FROM (
            ]) AS a
     FROM staged
     WHERE metric_name = 'rankecho.nccl.collective'
+)
 );
 
 -- name: stage_host_activity
 -- One row per interval a rank's thread spent in a CUDA call or off the CPU: the evidence of what a
 -- late rank did before it entered a collective. The interval ends value_double ms after it started.
 INSERT INTO host_activity
+SELECT *, hash(cluster_id, node_id, pid, tid) AS thread_key, start_ns // 1000000000 AS start_bucket
+FROM (
 SELECT event_id, cluster_id, node_id, rank,
        TRY_CAST(a[1] AS BIGINT) AS pid,
        TRY_CAST(a[2] AS BIGINT) AS process_start_ns,
@@ -68,4 +80,5 @@ FROM (
     WHERE metric_name IN ('rankecho.cuda.sync', 'rankecho.cuda.malloc', 'rankecho.cuda.free',
                           'rankecho.cuda.memcpy', 'rankecho.sched.offcpu')
       AND value_double IS NOT NULL AND value_double < 3.6e6
+)
 );
