@@ -1,5 +1,6 @@
 """``make demo``'s straggler part end to end: simulated job, real eBPF agents, Echo, MCP over HTTP, and
-a diagnosis that must equal the simulator's ground truth (rank 5, every 14 steps, cudaMalloc)."""
+a diagnosis through find_stragglers that must equal the simulator's ground truth (rank 5, every 14
+steps, cudaMalloc) although node-h100's clock runs 40 ms ahead."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def test_straggler_demo_names_rank5_its_period_and_cause() -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     verdict = done.stdout.strip().splitlines()[-1]
-    assert verdict.startswith("VERDICT: PASS: rank 5 on node-h100 entered 28 collectives"), verdict
+    assert verdict.startswith("VERDICT: PASS: rank 5 on node-h100 entered 7 of 100 steps"), verdict
     assert "every 14 steps" in verdict and "in cudaMalloc" in verdict, verdict
-    assert "[ok] late ranks and steps {'5': [7, 21, 35, 49, 63, 77, 91]}" in done.stdout
+    assert "[ok] late episodes: precision 1.000, recall 1.000 (7 found, 0 wrong, 0 missed)" in done.stdout
+    assert "[ok] the one straggler named is rank 5 on node-h100: [('node-h100', 5)]" in done.stdout
