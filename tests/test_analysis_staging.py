@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pytest
 from conftest import local_settings
 from echo_helpers import TEST_TOKEN, grpc_export
 
@@ -74,14 +75,47 @@ def test_intervals_are_staged_with_their_end_and_category(echo_inproc: Echo) -> 
     grpc_export(echo_inproc.grpc_address, metrics_request(RESOURCE, activity()), TEST_TOKEN)
     got = rows(
         echo_inproc,
-        "SELECT event_id, kind, cuda_call, state, preempted_by, tid, start_ns, end_ns, pid "
+        "SELECT event_id, kind, cuda_call, state, preempted_by, tid, start_ns, end_ns, pid, category "
         "FROM host_activity ORDER BY event_id",
     )
     assert got == [
-        ("m", "malloc", "cudaMalloc", None, None, 4243, T0 + 6, T0 + 6 + 1_000_000, 4242),
-        ("o", "offcpu", "", "preempted", "other", 4244, T0 + 7, T0 + 7 + 3_000_000, 4242),
-        ("s", "sync", "cudaStreamSynchronize", None, None, 4243, T0 + 5, T0 + 5 + 2_500_000, 4242),
+        ("m", "malloc", "cudaMalloc", None, None, 4243, T0 + 6, T0 + 6 + 1_000_000, 4242, "allocator"),
+        ("o", "offcpu", "", "preempted", "other", 4244, T0 + 7, T0 + 7 + 3_000_000, 4242, "cpu_contention"),
+        (
+            "s",
+            "sync",
+            "cudaStreamSynchronize",
+            None,
+            None,
+            4243,
+            T0 + 5,
+            T0 + 5 + 2_500_000,
+            4242,
+            "slow_gpu",
+        ),
     ]
+
+
+@pytest.mark.parametrize(
+    ("state", "in_flight", "preempted_by", "category"),
+    [
+        ("sleeping", "", None, "sleeping"),  # blocked outside CUDA: data loader, I/O, a lock
+        ("sleeping", "cudaStreamSynchronize", None, None),  # the sync's own interval counts it
+        ("preempted", "cudaMalloc", "other", None),  # inside the allocator call: counted there
+        ("preempted", "", "job", None),  # another rank took the core: host compute
+        ("preempted", "", "other", "cpu_contention"),
+    ],
+)
+def test_off_cpu_intervals_are_categorised_by_why_the_thread_was_off(
+    echo_inproc: Echo, state: str, in_flight: str, preempted_by: str | None, category: str | None
+) -> None:
+    attrs = {c.OFFCPU_STATE: state, c.CALL_IN_FLIGHT: in_flight, c.TID: 4244, c.EVENT_ID: "x"}
+    if preempted_by:
+        attrs[c.PREEMPTED_BY] = preempted_by
+    grpc_export(
+        echo_inproc.grpc_address, metrics_request(RESOURCE, [Point(c.M_OFFCPU, T0, 1.0, attrs)]), TEST_TOKEN
+    )
+    assert rows(echo_inproc, "SELECT category FROM host_activity") == [(category,)]
 
 
 def test_a_resend_is_staged_once_and_new_points_beside_it_still_are(echo_inproc: Echo) -> None:

@@ -46,5 +46,6 @@ CREATE TABLE host_activity (
     end_ns           BIGINT NOT NULL,
     causal_chain_id  VARCHAR,
     thread_key       UBIGINT,          -- hash of (cluster, node, pid, tid), as in collectives
-    start_bucket     BIGINT            -- start_ns // 1e9: lets a time-window join skip whole row groups
+    start_bucket     BIGINT,           -- start_ns // 1e9: lets a time-window join skip whole row groups
+    category         VARCHAR           -- what the interval counts as when explaining lateness (staging.sql)
 );

@@ -38,15 +38,19 @@ CASE WHEN complete_ns IS DISTINCT FROM prev_complete_ns THEN seq END;
 -- left out of cross-rank comparisons). Streams whose agent saw the communicator created are 'aligned'
 -- as they are and not listed; only clusters with unaligned streams pay for the fitting.
 CREATE OR REPLACE TEMP MACRO rk_stream_placement(start_ns, end_ns, cluster) AS TABLE
-WITH base AS (SELECT * FROM rk_collective_rows(start_ns, end_ns, cluster)),
-fitting AS (SELECT DISTINCT cluster_id FROM base WHERE NOT seq_aligned),
+WITH fitting AS (  -- clusters with a stream to fit; the rest (usually all) cost one scan of a flag
+    SELECT DISTINCT cluster_id FROM rk_collective_rows(start_ns, end_ns, cluster) WHERE NOT seq_aligned
+),
+base AS MATERIALIZED (
+    SELECT r.* FROM rk_collective_rows(start_ns, end_ns, cluster) r SEMI JOIN fitting USING (cluster_id)
+),
 streams AS MATERIALIZED (  -- where something must be fitted: each stream's process and the shape of its
     -- calls (most common op and size)
     SELECT cluster_id, stream, any_value(comm_id) AS comm_id, bool_and(seq_aligned) AS seq_aligned,
            count(*) AS stream_rows, min(rank) AS rank, any_value(node_id) AS node_id, any_value(pid) AS pid,
            any_value(process_start_ns) AS started, mode(op) AS op, mode(bytes) AS bytes,
            min(complete_ns) AS first_complete
-    FROM base SEMI JOIN fitting USING (cluster_id)
+    FROM base
     GROUP BY cluster_id, stream
 ),
 refs AS MATERIALIZED (

@@ -20,23 +20,29 @@
 -- it complete) and first_rank (the lowest rank of the instance, to pick one row per instance); and the
 -- node's clock offset (clock_offset_ns, subtracted) and the reference node (see rk_clock_offsets).
 CREATE OR REPLACE TEMP MACRO rk_arrivals(start_ns, end_ns, cluster) AS TABLE
-WITH a AS MATERIALIZED (SELECT * FROM rk_aligned_rows(start_ns, end_ns, cluster)),
-clock AS MATERIALIZED (
+WITH clock AS MATERIALIZED (
     SELECT hash(cluster_id, node_id) AS node_key, offset_ns AS clock_offset_ns, reference_node
     FROM rk_clock_offsets(start_ns, end_ns, cluster)
 ),
-c AS MATERIALIZED (
-    SELECT a.cluster_id, a.node_id, a.rank, a.pid, a.tid, a.stream, a.seq, a.comm_key, a.seq_g, a.inst_key,
-           a.thread_key, a.seq_aligned, a.enter_ns - k.clock_offset_ns AS enter_c,
-           a.return_ns - k.clock_offset_ns AS return_c, a.complete_ns - k.clock_offset_ns AS complete_c,
-           k.clock_offset_ns, k.reference_node
-    FROM a JOIN clock k USING (node_key)
+streams AS MATERIALIZED (  -- the text that describes each stream, kept out of the per-row work
+    SELECT stream, any_value(cluster_id) AS cluster_id, any_value(node_id) AS node_id, any_value(comm_key) AS comm_key,
+           any_value(pid) AS pid, any_value(node_key) AS node_key, bool_and(seq_aligned) AS aligned,
+           count(*) AS calls, min(rank) AS rank
+    FROM rk_aligned_rows(start_ns, end_ns, cluster) GROUP BY stream
+),
+c AS MATERIALIZED (  -- the rows, on the reference clock: numbers only
+    SELECT a.stream, a.rank, a.tid, a.seq, a.seq_g, a.inst_key, a.node_key, a.thread_key,
+           a.enter_ns - k.clock_offset_ns AS enter_c, a.return_ns - k.clock_offset_ns AS return_c,
+           a.complete_ns - k.clock_offset_ns AS complete_c, k.clock_offset_ns
+    FROM rk_aligned_rows(start_ns, end_ns, cluster) a JOIN clock k USING (node_key)
 ),
 inst AS MATERIALIZED (
-    SELECT inst_key, any_value(cluster_id) AS cluster_id, any_value(comm_key) AS comm_key, any_value(seq_g) AS seq_g,
-           count(*) AS n, quantile_disc(enter_c, 0.25) AS ref_c, max(enter_c) AS last_c, min(complete_c) AS done_c,
-           min(rank) AS first_rank
-    FROM c GROUP BY inst_key
+    SELECT i.*, s.cluster_id, s.comm_key
+    FROM (SELECT inst_key, any_value(stream) AS stream, any_value(seq_g) AS seq_g, count(*) AS n,
+                 quantile_disc(enter_c, 0.25) AS ref_c, max(enter_c) AS last_c, min(complete_c) AS done_c,
+                 min(rank) AS first_rank
+          FROM c GROUP BY inst_key) i
+    JOIN streams s USING (stream)
 ),
 comm_ranks AS (SELECT cluster_id, comm_key, max(n) AS ranks, count(*) AS instances FROM inst GROUP BY ALL),
 primary_comm AS (
@@ -44,18 +50,16 @@ primary_comm AS (
     FROM comm_ranks ORDER BY cluster_id, ranks DESC, instances DESC, comm_key
 ),
 ref_streams AS (  -- per communicator: the stream that saw the most of it, an aligned one first
-    SELECT DISTINCT ON (cluster_id, comm_key) cluster_id, comm_key, stream, node_id, pid
-    FROM (SELECT cluster_id, comm_key, stream, any_value(node_id) AS node_id, any_value(pid) AS pid,
-                 bool_and(seq_aligned) AS aligned, count(*) AS calls, min(rank) AS rank
-          FROM c GROUP BY ALL)
+    SELECT DISTINCT ON (cluster_id, comm_key) stream, cluster_id, comm_key, node_key, pid
+    FROM streams
     ORDER BY cluster_id, comm_key, aligned DESC, calls DESC, rank, stream
 ),
 ref_calls AS MATERIALIZED (  -- the reference streams' calls with their place in the completion group
     SELECT *, seq - max(rk_group_position(complete_c, prev_complete_c, seq))
                         OVER (PARTITION BY stream ORDER BY seq ROWS UNBOUNDED PRECEDING) AS pos
-    FROM (SELECT c.cluster_id, c.comm_key, c.seq_g, c.seq, c.stream, c.complete_c, r.node_id, r.pid,
+    FROM (SELECT r.cluster_id, r.comm_key, c.inst_key, c.seq_g, c.seq, c.stream, c.complete_c, r.node_key, r.pid,
                  lag(c.complete_c) OVER (PARTITION BY c.stream ORDER BY c.seq) AS prev_complete_c
-          FROM c JOIN ref_streams r USING (cluster_id, comm_key, stream))
+          FROM c JOIN ref_streams r USING (stream))
 ),
 starts AS (  -- the primary communicator's reference calls, numbered by the step they open
     SELECT r.*, CAST(sum(CASE WHEN r.pos = 0 THEN 1 ELSE 0 END) OVER (PARTITION BY r.cluster_id ORDER BY r.seq_g)
@@ -68,26 +72,24 @@ group_size AS (  -- collectives per step on the primary communicator: steps are 
     GROUP BY cluster_id
 ),
 first_start AS (SELECT cluster_id, min(seq_g) AS seq_g FROM starts WHERE pos = 0 GROUP BY cluster_id),
-primary_steps AS (
-    SELECT s.cluster_id, s.comm_key, s.seq_g,
-           s.nth - 1 + CASE WHEN g.regular THEN CAST(f.seq_g // g.size AS BIGINT) ELSE 0 END AS step
+primary_steps AS MATERIALIZED (
+    SELECT s.inst_key, s.nth - 1 + CASE WHEN g.regular THEN CAST(f.seq_g // g.size AS BIGINT) ELSE 0 END AS step
     FROM starts s JOIN group_size g USING (cluster_id) JOIN first_start f USING (cluster_id)
     WHERE s.nth > 0
 ),
 sync_steps AS (  -- per reference process and completing sync: the step (from its primary calls)
-    SELECT c.cluster_id, c.node_id, c.pid, c.complete_c, min(p.step) AS step
+    SELECT s.node_key, s.pid, c.complete_c, min(p.step) AS step
     FROM c
-    SEMI JOIN (SELECT DISTINCT node_id, pid FROM ref_streams) r USING (node_id, pid)
-    JOIN primary_steps p USING (cluster_id, comm_key, seq_g)
+    JOIN (SELECT stream, node_key, pid FROM streams SEMI JOIN ref_streams r USING (node_key, pid)) s USING (stream)
+    JOIN primary_steps p USING (inst_key)
     WHERE c.complete_c IS NOT NULL
     GROUP BY ALL
 ),
 placed AS MATERIALIZED (  -- every instance: its position in the group and its step
-    SELECT r.cluster_id, r.comm_key, r.seq_g, r.pos, coalesce(p.step, s.step) AS step
+    SELECT r.inst_key, r.pos, coalesce(p.step, s.step) AS step
     FROM ref_calls r
-    LEFT JOIN primary_steps p USING (cluster_id, comm_key, seq_g)
-    LEFT JOIN sync_steps s
-      ON s.cluster_id = r.cluster_id AND s.node_id = r.node_id AND s.pid = r.pid AND s.complete_c = r.complete_c
+    LEFT JOIN primary_steps p USING (inst_key)
+    LEFT JOIN sync_steps s ON s.node_key = r.node_key AND s.pid = r.pid AND s.complete_c = r.complete_c
 ),
 context AS MATERIALIZED (  -- per instance, everything a row needs to know about it
     SELECT i.inst_key, i.n, i.ref_c, i.last_c, i.done_c, i.first_rank, p.step, p.pos, m.ranks AS comm_size,
@@ -95,12 +97,15 @@ context AS MATERIALIZED (  -- per instance, everything a row needs to know about
     FROM inst i
     JOIN comm_ranks m USING (cluster_id, comm_key)
     JOIN primary_comm q USING (cluster_id)
-    LEFT JOIN placed p USING (cluster_id, comm_key, seq_g)
+    LEFT JOIN placed p USING (inst_key)
     WHERE (start_ns IS NULL OR i.ref_c >= start_ns) AND (end_ns IS NULL OR i.ref_c < end_ns)
 )
-SELECT c.*, x.n, x.step, x.pos, x.ref_c, x.done_c, x.first_rank, CAST(c.enter_c - x.ref_c AS BIGINT) AS host_late_ns,
+SELECT s.cluster_id, s.node_id, c.rank, s.pid, c.tid, c.stream, c.seq, s.comm_key, c.seq_g, c.inst_key, c.node_key,
+       c.thread_key, s.aligned AS seq_aligned, c.enter_c, c.return_c, c.complete_c,
+       c.clock_offset_ns, k.reference_node,
+       x.n, x.step, x.pos, x.ref_c, x.done_c, x.first_rank, CAST(c.enter_c - x.ref_c AS BIGINT) AS host_late_ns,
        CAST(x.last_c - x.ref_c AS BIGINT) AS last_late_ns, x.comm_size, x.on_primary
-FROM c JOIN context x USING (inst_key);
+FROM c JOIN context x USING (inst_key) JOIN streams s USING (stream) JOIN clock k ON k.node_key = c.node_key;
 
 -- name: rk_clock_offsets
 -- Per (cluster, node): offset_ns subtracted from that node's timestamps to put them on the reference

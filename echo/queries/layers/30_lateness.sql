@@ -60,13 +60,14 @@ delayed AS MATERIALIZED (
     JOIN slot s ON s.cluster_id = i.cluster_id AND s.comm_key = i.comm_key AND s.pos IS NOT DISTINCT FROM i.pos
 ),
 suspects AS MATERIALIZED (  -- pos-0 rows of instances with a delay their host lateness does not explain,
-    -- each with the end of its previous step (the completion of its stream's previous call)
-    SELECT a.inst_key, a.rank, a.thread_key, b.complete_c AS prev_c, a.enter_c, a.clock_offset_ns
-    FROM a
-    JOIN delayed d USING (inst_key)
-    JOIN a b ON b.stream = a.stream AND b.seq = a.seq - 1
-    WHERE d.pos = 0 AND b.complete_c IS NOT NULL
-      AND d.delay_ns >= d.threshold_ns AND d.delay_ns - greatest(d.last_late_ns, 0) >= d.threshold_ns / 2
+    -- each with the end of its previous step (the completion of its stream's previous call; the few
+    -- suspects on the right, the side a hash join builds)
+    SELECT s.inst_key, s.rank, s.thread_key, b.complete_c AS prev_c, s.enter_c, s.clock_offset_ns
+    FROM a b
+    JOIN (SELECT a.* FROM a JOIN (SELECT * FROM delayed WHERE pos = 0) d USING (inst_key)
+          WHERE d.delay_ns >= d.threshold_ns AND d.delay_ns - greatest(d.last_late_ns, 0) >= d.threshold_ns / 2) s
+      ON b.stream = s.stream AND b.seq = s.seq - 1
+    WHERE b.complete_c IS NOT NULL
 ),
 reach AS (  -- how many 1 s buckets back an interval can start and still overlap a window
     SELECT coalesce(max(end_ns - start_ns), 0) // 1000000000 + 1 AS buckets FROM host_activity WHERE kind = 'sync'
@@ -81,8 +82,10 @@ presync AS (
            coalesce(sum(least(h.end_ns - s.clock_offset_ns, s.enter_c)
                         - greatest(h.start_ns - s.clock_offset_ns, s.prev_c)), 0) AS presync_ns
     FROM suspect_buckets s
-    LEFT JOIN host_activity h
-      ON h.thread_key = s.thread_key AND h.start_bucket = s.bucket AND h.kind = 'sync'
+    LEFT JOIN (SELECT * FROM host_activity  -- a constant bound the scan can skip row groups with
+               WHERE kind = 'sync' AND start_bucket BETWEEN (SELECT min(bucket) FROM suspect_buckets)
+                                                        AND (SELECT max(bucket) FROM suspect_buckets)) h
+      ON h.thread_key = s.thread_key AND h.start_bucket = s.bucket
      AND h.end_ns - s.clock_offset_ns > s.prev_c AND h.start_ns - s.clock_offset_ns < s.enter_c
     GROUP BY ALL
 ),

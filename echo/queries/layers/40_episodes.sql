@@ -52,18 +52,19 @@ late AS MATERIALIZED (  -- per (rank, step): the first late instance opens the e
 members AS (  -- the late rank and up to 8 of its on-time peers at that instance
     SELECT e.node_id AS late_node, e.rank AS late_rank, r.*,
            r.rank = e.rank AND r.node_id = e.node_id AS is_late
-    FROM late e
-    JOIN l r USING (inst_key)
+    FROM l r
+    JOIN late e USING (inst_key)
     WHERE (r.rank = e.rank AND r.node_id = e.node_id) OR (NOT r.host_late AND r.gpu_late_ns IS NULL)
     QUALIFY row_number() OVER (PARTITION BY inst_key, e.node_id, e.rank
                                ORDER BY (r.rank = e.rank AND r.node_id = e.node_id) DESC, r.rank) <= 9
 ),
-windows AS MATERIALIZED (  -- from the end of each member's previous step (its stream's previous call)
+windows AS MATERIALIZED (  -- from the end of each member's previous step (its stream's previous call;
+    -- the few members on the right, the side a hash join builds)
     SELECT m.cluster_id, m.late_node, m.late_rank, m.step, m.node_id, m.rank, m.thread_key, m.is_late,
            coalesce(CASE WHEN p.complete_c IS DISTINCT FROM m.complete_c THEN p.complete_c ELSE p.return_c END,
                     m.enter_c - 500000000) AS w_start,
            m.enter_c AS w_end, m.clock_offset_ns
-    FROM members m LEFT JOIN l p ON p.stream = m.stream AND p.seq = m.seq - 1
+    FROM l p RIGHT JOIN members m ON p.stream = m.stream AND p.seq = m.seq - 1
 ),
 reach AS (  -- how many 1 s buckets back an interval can start and still overlap a window
     SELECT coalesce(max(end_ns - start_ns), 0) // 1000000000 + 1 AS buckets FROM host_activity
@@ -74,12 +75,13 @@ window_buckets AS MATERIALIZED (  -- each window once per 1 s bucket an overlapp
     FROM windows w CROSS JOIN reach r
 ),
 spent AS (
-    SELECT w.cluster_id, w.late_node, w.late_rank, w.step, w.node_id, w.rank, w.is_late,
-           rk_activity_category(h.kind, h.cuda_call, h.state, h.preempted_by) AS category,
+    SELECT w.cluster_id, w.late_node, w.late_rank, w.step, w.node_id, w.rank, w.is_late, h.category,
            least(h.end_ns - w.clock_offset_ns, w.w_end) - greatest(h.start_ns - w.clock_offset_ns, w.w_start) AS ns
     FROM window_buckets w
     JOIN host_activity h ON h.thread_key = w.thread_key AND h.start_bucket = w.bucket
      AND h.end_ns - w.clock_offset_ns > w.w_start AND h.start_ns - w.clock_offset_ns < w.w_end
+    -- a constant bound the scan can skip row groups with: the windows are the latest episodes'
+    WHERE h.start_bucket BETWEEN (SELECT min(bucket) FROM window_buckets) AND (SELECT max(bucket) FROM window_buckets)
 ),
 w AS MATERIALIZED (
     SELECT *, greatest(window_ns - allocator_ns - slow_gpu_ns - memcpy_ns - cpu_contention_ns - sleeping_ns, 0)

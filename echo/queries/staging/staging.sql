@@ -49,8 +49,23 @@ FROM (
 -- name: stage_host_activity
 -- One row per interval a rank's thread spent in a CUDA call or off the CPU: the evidence of what a
 -- late rank did before it entered a collective. The interval ends value_double ms after it started.
+-- Its category, decided once here, is what it counts as when explaining lateness: 'allocator'
+-- (cudaMalloc/cudaFree), 'slow_gpu' (blocked in its own sync: its GPU was busy), 'memcpy' (a copy),
+-- 'cpu_contention' (off the CPU while runnable, pushed off by another workload), 'sleeping' (off the
+-- CPU, blocked, outside a CUDA call: data loader, I/O, locks); NULL for an off-CPU interval inside
+-- one of those calls (the call's own interval already counts it) and for one where a thread of a
+-- traced process took the CPU (the node's ranks competing for its cores: host compute, like what no
+-- interval covers).
 INSERT INTO host_activity
-SELECT *, hash(cluster_id, node_id, pid, tid) AS thread_key, start_ns // 1000000000 AS start_bucket
+SELECT *, hash(cluster_id, node_id, pid, tid) AS thread_key, start_ns // 1000000000 AS start_bucket,
+       CASE WHEN kind IN ('malloc', 'free') THEN 'allocator'
+            WHEN kind = 'sync' THEN 'slow_gpu'
+            WHEN kind = 'memcpy' THEN 'memcpy'
+            WHEN cuda_call IN ('cudaMalloc', 'cudaFree', 'cudaMemcpy', 'cudaStreamSynchronize',
+                               'cudaDeviceSynchronize', 'cudaEventSynchronize') THEN NULL
+            WHEN state = 'preempted' AND preempted_by = 'job' THEN NULL
+            WHEN state = 'preempted' THEN 'cpu_contention'
+            ELSE 'sleeping' END AS category
 FROM (
 SELECT event_id, cluster_id, node_id, rank,
        TRY_CAST(a[1] AS BIGINT) AS pid,
