@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from echo.app import Echo
+from echo.mcp.diagnosis import EPISODES_LIMIT
 from echo.mcp.rates import load_rates
 from echo.mcp.tools import Investigation
 from echo.settings import HostPort, Settings
@@ -106,8 +107,14 @@ def evaluate(path: Path, workdir: Path, timeout_s: float = 300.0) -> ScenarioRes
             raise LaunchError(f"scenario {scenario.name} failed (exit {run.returncode}); see {run.run_dir}")
         diagnosis = Investigation(echo.reader, load_rates()).diagnosis
         threshold = scenario.straggler_threshold_ms
-        scored = diagnosis.find_stragglers(min_late_ms=threshold, max_episodes=1_000_000)
+        scored = diagnosis.find_stragglers(min_late_ms=threshold, max_episodes=EPISODES_LIMIT)
         default = diagnosis.find_stragglers()
+    unseen = [_who(x) for x in scored["stragglers"] if x["episodes_total"] > len(x["episodes"])]
+    if unseen:
+        raise LaunchError(
+            f"scenario {scenario.name}: {', '.join(unseen)} had more than {EPISODES_LIMIT} late episodes, "
+            "more than one answer lists; score it with fewer steps"
+        )
     s = score(run.truth, predictions_from(run.truth, scored))
     cluster = next((c for c in default["clusters"] if c["cluster_id"] == scenario.cluster_id), None)
     return ScenarioResult(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from echo.mcp.sanitize import MAX_ITEMS
 from echo.mcp.windows import iso
 
 if TYPE_CHECKING:
@@ -23,7 +24,9 @@ if TYPE_CHECKING:
 MAX_STRAGGLERS = 50
 """Stragglers returned per call (significant ones first); the rest are counted."""
 MAX_EPISODES = 100
-"""Late episodes listed per straggler (oldest first); the total is always given."""
+"""Late episodes listed per straggler by default: its latest, oldest first; the total is always given."""
+EPISODES_LIMIT = MAX_ITEMS
+"""The most episodes per straggler a caller may ask for (the JSON sanitizer's cap on one list)."""
 MAX_PEERS = 16
 """Peers whose pre-call windows explain_straggler compares against."""
 MAX_TIMELINE = 200
@@ -62,6 +65,8 @@ class Diagnosis:
             raise DiagnosisError(
                 "min_late_ms must be a number of milliseconds >= 0 (omit it to use the noise)"
             )
+        if not 1 <= max_episodes <= EPISODES_LIMIT:
+            raise DiagnosisError(f"max_episodes must be between 1 and {EPISODES_LIMIT}")
         w = self._inv.window(window)
         result = self._inv.run_named(
             "find_stragglers",
@@ -69,6 +74,7 @@ class Diagnosis:
             end_ns=w.end_ns,
             cluster_id=cluster_id,
             min_late_ms=min_late_ms,
+            max_episodes=max_episodes,
         )
         rows, cut = self._inv.records(result)
         rates = self._cluster_rates(w.start_ns, w.end_ns, cluster_id)
@@ -79,9 +85,7 @@ class Diagnosis:
             cluster = clusters.setdefault(row["cluster_id"], _cluster(row))
             if row["kind"] is None:
                 continue
-            entry = _straggler(
-                row, cluster, rates.get(row["cluster_id"]), self._inv.rates.currency, max_episodes
-            )
+            entry = _straggler(row, cluster, rates.get(row["cluster_id"]), self._inv.rates.currency)
             (stragglers if row["significant"] else noise).append(entry)
         for cluster in clusters.values():
             named = [s for s in stragglers if s["cluster_id"] == cluster["cluster_id"]]
@@ -123,7 +127,7 @@ class Diagnosis:
         if causal_chain_id is not None and at_ns is None:
             found = self._inv.run_named("locate_call", node_id=node_id, rank=rank, chain=causal_chain_id).rows
             at_ns = int(found[0][1]) if found else None
-        span = 60_000_000_000
+        span = 15_000_000_000  # enough steps around the call for its clocks and noise, and fast
         start, end = (at_ns - span, at_ns + span) if at_ns is not None else (None, None)
         arrival = self._inv.run_named(
             "explain_arrival",
@@ -242,7 +246,7 @@ def _cluster(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _straggler(
-    row: dict[str, Any], cluster: dict[str, Any], rate: float | None, currency: str, max_episodes: int
+    row: dict[str, Any], cluster: dict[str, Any], rate: float | None, currency: str
 ) -> dict[str, Any]:
     episodes = row["episode_list"] or []
     for e in episodes:
@@ -257,7 +261,7 @@ def _straggler(
         "rank": row["rank"],
         "ranks": row["ranks"],
         "side": row["side"],
-        "episodes": episodes[:max_episodes],
+        "episodes": episodes,
         "episodes_total": row["episodes"],
         "share_of_steps": _round(row["share"], 4),
         "late_ms": {"median": _round(row["median_late_ms"]), "p95": _round(row["p95_late_ms"]),

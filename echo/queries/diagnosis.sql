@@ -5,8 +5,9 @@
 
 -- name: find_stragglers
 -- The stragglers of every cluster in the window (rk_stragglers), significant ones first, by imposed
--- wait; a cluster without any appears once with kind NULL and its noise level.
-SELECT *
+-- wait, each with its latest $max_episodes episodes (oldest first; the column episodes counts them
+-- all); a cluster without any appears once with kind NULL and its noise level.
+SELECT * REPLACE (list_slice(episode_list, -$max_episodes, -1) AS episode_list)
 FROM rk_stragglers($start_ns, $end_ns, $cluster_id, min_late_ms := $min_late_ms)
 LIMIT $max_rows;
 
@@ -63,7 +64,7 @@ ORDER BY l.enter_c;
 -- What one thread of $cluster_id did in [$from_ns, $to_ns) (its node's clock): each interval with its
 -- category, start relative to $to_ns (ms, negative = before) and length, clipped to the window
 -- (intervals that began more than a minute before the window are not looked for).
-SELECT kind, cuda_call, state, rk_activity_category(kind, cuda_call, state, preempted_by) AS category,
+SELECT kind, cuda_call, state, category,
        (greatest(start_ns, $from_ns) - $to_ns) / 1e6 AS start_ms,
        (least(end_ns, $to_ns) - greatest(start_ns, $from_ns)) / 1e6 AS ms
 FROM host_activity
@@ -79,7 +80,7 @@ LIMIT $max_rows;
 WITH w AS (SELECT unnest($windows, recursive := true)),
 spent AS (
     SELECT w.node_id, w.pid, w.tid, w.from_ns, w.to_ns,
-           rk_activity_category(h.kind, h.cuda_call, h.state, h.preempted_by) AS category,
+           h.category,
            least(h.end_ns, w.to_ns) - greatest(h.start_ns, w.from_ns) AS ns
     FROM w JOIN host_activity h
       ON h.thread_key = hash(w.cluster_id, w.node_id, w.pid, w.tid)
