@@ -67,6 +67,11 @@ class ScenarioResult:
         return not self.periods
 
     @property
+    def faulted(self) -> set[str]:
+        """Who has an injected fault, as the default call would name them ("rank 5", "node node-a")."""
+        return {who for who, _, _ in self.periods}
+
+    @property
     def periods_exact(self) -> bool:
         return all(expected == got for _, expected, got in self.periods)
 
@@ -158,6 +163,11 @@ def verdicts(results: list[ScenarioResult]) -> list[str]:
     ]
     misses += [f"{r.scenario}: period {r.periods} not exact" for r in results if not r.periods_exact]
     misses += [f"{r.scenario}: healthy but named {r.named}" for r in results if r.healthy and r.named]
+    misses += [
+        f"{r.scenario}: named {sorted(set(r.named) - r.faulted)} with no fault"
+        for r in results
+        if not r.healthy and set(r.named) - r.faulted
+    ]
     return misses
 
 

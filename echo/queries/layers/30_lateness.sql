@@ -6,9 +6,10 @@
 -- GPU side: a collective call only enqueues work; the GPU reaches the collective later. An instance
 -- is delayed when it completed later after its on-time arrivals than the same slot (communicator,
 -- position in the step) does in instances where nobody was late; a delay that no host's lateness
--- explains, on an instance where one rank's thread spent longer than its peers blocked in its own
--- syncs before calling (its GPU was busy with its own work) by at least half the threshold, is that
--- rank's GPU arriving late. Only a step's first collective on a communicator (pos 0) has such a
+-- explains (at any instance of the step: a collective queued on a GPU behind another communicator's
+-- late one inherits its wait), on an instance where one rank's thread spent longer than its peers
+-- blocked in its own syncs before calling (its GPU was busy with its own work) by at least half the
+-- threshold, is that rank's GPU arriving late. Only a step's first collective on a communicator (pos 0) has such a
 -- sync window; the later ones inherit the step's verdict in rk_episodes.
 
 -- name: rk_lateness
@@ -52,12 +53,16 @@ slot AS (  -- the slot's normal wait: over instances nobody was late at (else af
                AS healthy_wait_ns
     FROM inst i JOIN noise z USING (cluster_id) GROUP BY ALL
 ),
+step_late AS (  -- the latest host arrival at any instance of the step, on any communicator
+    SELECT cluster_id, step, max(last_late_ns) AS step_last_late_ns FROM inst GROUP BY ALL
+),
 delayed AS MATERIALIZED (
     SELECT i.inst_key, i.cluster_id, i.comm_key, i.seq_g, i.pos, i.last_late_ns, i.wait_ns, s.healthy_wait_ns,
-           i.wait_ns - s.healthy_wait_ns AS delay_ns, z.threshold_ns
+           i.wait_ns - s.healthy_wait_ns AS delay_ns, z.threshold_ns, t.step_last_late_ns
     FROM inst i
     JOIN noise z USING (cluster_id)
     JOIN slot s ON s.cluster_id = i.cluster_id AND s.comm_key = i.comm_key AND s.pos IS NOT DISTINCT FROM i.pos
+    LEFT JOIN step_late t ON t.cluster_id = i.cluster_id AND t.step IS NOT DISTINCT FROM i.step
 ),
 suspects AS MATERIALIZED (  -- pos-0 rows of instances with a delay their host lateness does not explain,
     -- each with the end of its previous step (the completion of its stream's previous call; the few
@@ -65,7 +70,8 @@ suspects AS MATERIALIZED (  -- pos-0 rows of instances with a delay their host l
     SELECT s.inst_key, s.rank, s.thread_key, b.complete_c AS prev_c, s.enter_c, s.clock_offset_ns
     FROM a b
     JOIN (SELECT a.* FROM a JOIN (SELECT * FROM delayed WHERE pos = 0) d USING (inst_key)
-          WHERE d.delay_ns >= d.threshold_ns AND d.delay_ns - greatest(d.last_late_ns, 0) >= d.threshold_ns / 2) s
+          WHERE d.delay_ns >= d.threshold_ns
+            AND d.delay_ns - greatest(d.last_late_ns, d.step_last_late_ns, 0) >= d.threshold_ns / 2) s
       ON b.stream = s.stream AND b.seq = s.seq - 1
     WHERE b.complete_c IS NOT NULL
 ),
