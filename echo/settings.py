@@ -87,6 +87,10 @@ class Settings:
     """Attributes kept per event (resource + point); the rest are dropped and counted."""
     retry_after_s: float = 1.0
     grpc_workers: int = 32
+    http_max_connections: int = 256
+    """Open connections per HTTP listener; past it requests are answered 503 (clients retry)."""
+    http_idle_timeout_s: int = 60
+    """Seconds an HTTP connection may sit idle (before a request, between requests, or mid-body)."""
     duckdb_memory_limit: str = DEFAULT_MEMORY_LIMIT
     """DuckDB's ``memory_limit`` for the store instance (writer and readers together), e.g. ``4GB``."""
     mcp_token: str | None = None
@@ -121,6 +125,12 @@ class Settings:
     def mcp_bearer(self) -> str | None:
         """The token MCP over HTTP requires: ``mcp_token`` when set, else the OTLP ``token``."""
         return self.mcp_token if self.mcp_token is not None else self.token
+
+    def tls_files(self) -> tuple[str, str] | None:
+        """(certificate chain path, private key path) for the HTTP listeners, or None without TLS."""
+        if self.tls_cert is None or self.tls_key is None:
+            return None
+        return str(self.tls_cert), str(self.tls_key)
 
     def tls_pair(self) -> tuple[bytes, bytes] | None:
         """(certificate chain, private key) PEM bytes, or None without TLS."""
