@@ -129,6 +129,7 @@ class Ingest:
         for reason, n in batch.rejected.counts.items():
             self.stats.rejected(reason, n)
         self.stats.stored_with_fix(batch.stored_with_fix)
+        self.stats.attribute_conflicts(batch.conflicts)
         self._commit(batch)
         response = signal.response()
         if batch.rejected.total:
