@@ -151,9 +151,5 @@ def test_the_401_names_the_header_and_points_at_no_authorization_server(
     assert response.json() == {"error": "invalid_token", "error_description": UNAUTHORIZED_MESSAGE}
     challenge = response.headers["www-authenticate"]
     assert challenge.startswith('Bearer realm="rankecho-mcp"') and "resource_metadata" not in challenge
-    assert httpx.get(
-        f"http://{echo.listening['mcp_http']}/.well-known/oauth-protected-resource"
-    ).status_code in (
-        401,
-        404,
-    )
+    metadata = f"http://{echo.listening['mcp_http']}/.well-known/oauth-protected-resource"
+    assert httpx.get(metadata, headers={"Authorization": f"Bearer {TEST_TOKEN}"}).status_code == 404
