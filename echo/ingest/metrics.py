@@ -123,7 +123,7 @@ def _decode_numbers(
     prefix = origin.prefix + name.encode()
     resource_key, resource = origin.resource_key, origin.resource
     lowest, highest = MIN_TIMESTAMP_NS, batch.max_timestamp_ns
-    add, resolve = batch.add, resolver.resolve
+    append, note, resolve = batch.rows.append, batch.note, resolver.resolve
     for dp in points:
         ts = dp.time_unix_nano
         if ts < lowest or ts > highest:
@@ -132,7 +132,7 @@ def _decode_numbers(
         point, event_id = point_pairs(dp.attributes)
         if dp.flags or dp.exemplars or (kind == "sum" and dp.start_time_unix_nano):
             point += _point_extra(kind, dp)
-        if dp.WhichOneof("value") == "as_int":
+        if dp.HasField("as_int"):  # ~2x cheaper than WhichOneof on upb
             vd, vi = None, dp.as_int
         else:
             vd, vi = dp.as_double, None
@@ -141,7 +141,9 @@ def _decode_numbers(
                 batch.stored_with_fix["nonfinite_value"] += 1
                 vd = None
         resolved = resolve(resource_key, resource, point)
-        add(resolved, event_id or content_id(prefix, dp.SerializeToString()), ts, SIGNAL, name, vd, vi)
+        append((resolved, event_id or content_id(prefix, dp.SerializeToString()), ts, SIGNAL, name, vd, vi))
+        if resolved.noteworthy:
+            note(resolved)
 
 
 def _decode_summarised(

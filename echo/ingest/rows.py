@@ -59,6 +59,9 @@ class Resolved:
     dropped: int
     conflicts: tuple[str, ...] = ()
     """Columns whose value a point attribute contradicted (the resource's value was kept)."""
+    noteworthy: bool = False
+    """True when a row with these attributes must be counted (dropped attributes or conflicts): one
+    check on the hot path instead of two."""
 
 
 @dataclass
@@ -156,6 +159,7 @@ class AttrResolver:
             attrs_json=json.dumps(merged, separators=(",", ":"), ensure_ascii=False),
             dropped=dropped,
             conflicts=tuple(conflicts),
+            noteworthy=bool(dropped or conflicts),
         )
 
 
@@ -220,6 +224,11 @@ class RowBatch:
         value_int: int | None,
     ) -> None:
         self.rows.append((resolved, event_id, timestamp_ns, signal, metric_name, value_double, value_int))
+        if resolved.noteworthy:
+            self.note(resolved)
+
+    def note(self, resolved: Resolved) -> None:
+        """Count what a noteworthy row carries (hot loops append rows themselves and call this)."""
         if resolved.dropped:
             self.stored_with_fix["too_many_attributes"] += 1
         if resolved.conflicts:

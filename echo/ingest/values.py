@@ -56,7 +56,7 @@ def pairs(attributes: Any) -> list[tuple[str, Any]]:
     out = []
     for kv in attributes:
         value = kv.value
-        if value.WhichOneof("value") == "string_value":  # the common case, without a call
+        if value.HasField("string_value"):  # the common case, without a call (HasField beats WhichOneof)
             out.append((kv.key, value.string_value))
         else:
             out.append((kv.key, to_python(value)))
@@ -73,7 +73,7 @@ def point_pairs(attributes: Any) -> tuple[list[tuple[str, Any]], str | None]:
     event_id = None
     for kv in attributes:
         key, value = kv.key, kv.value
-        if value.WhichOneof("value") == "string_value":  # the common case, without a call
+        if value.HasField("string_value"):  # the common case, without a call
             if key == EVENT_ID:
                 event_id = value.string_value
             else:
