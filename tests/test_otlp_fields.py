@@ -86,6 +86,12 @@ def scope() -> InstrumentationScope:
     )
 
 
+def scope_group(groups: Any, scopes_field: str) -> Any:
+    """A new resource group (every resource-level field set) holding one scope group (every field set)."""
+    group = groups.add(resource=resource(), schema_url=CONTEXT[keys.RESOURCE_SCHEMA_URL])
+    return getattr(group, scopes_field).add(scope=scope(), schema_url=CONTEXT[keys.SCOPE_SCHEMA_URL])
+
+
 def stored(echo: Echo, signal: str) -> list[tuple[Any, ...]]:
     sql = (
         f"SELECT metric_name, value_double, value_int, rank, attrs_json FROM events WHERE signal = '{signal}'"
@@ -115,8 +121,7 @@ CONTEXT = {
 def test_metric_fields_are_stored(echo_inproc: Echo) -> None:
     t = now_ns()
     request = ExportMetricsServiceRequest()
-    rm = request.resource_metrics.add(resource=resource(), schema_url=CONTEXT[keys.RESOURCE_SCHEMA_URL])
-    sm = rm.scope_metrics.add(scope=scope(), schema_url=CONTEXT[keys.SCOPE_SCHEMA_URL])
+    sm = scope_group(request.resource_metrics, "scope_metrics")
     counter = Metric(name="requests", unit="{request}", description="requests served")
     counter.metadata.extend(key_values({"origin": "test"}))
     counter.sum.aggregation_temporality = 2
@@ -206,8 +211,7 @@ def test_metric_fields_are_stored(echo_inproc: Echo) -> None:
 def test_span_fields_are_stored(echo_inproc: Echo) -> None:
     t = now_ns()
     request = ExportTraceServiceRequest()
-    rs = request.resource_spans.add(resource=resource(), schema_url=CONTEXT[keys.RESOURCE_SCHEMA_URL])
-    ss = rs.scope_spans.add(scope=scope(), schema_url=CONTEXT[keys.SCOPE_SCHEMA_URL])
+    ss = scope_group(request.resource_spans, "scope_spans")
     span = Span(
         trace_id=b"\x01" * 16,
         span_id=b"\x02" * 8,
@@ -269,8 +273,7 @@ def test_span_fields_are_stored(echo_inproc: Echo) -> None:
 def test_log_fields_are_stored_and_a_contradicting_rank_is_kept_and_counted(echo_inproc: Echo) -> None:
     t = now_ns()
     request = ExportLogsServiceRequest()
-    rl = request.resource_logs.add(resource=resource(), schema_url=CONTEXT[keys.RESOURCE_SCHEMA_URL])
-    sl = rl.scope_logs.add(scope=scope(), schema_url=CONTEXT[keys.SCOPE_SCHEMA_URL])
+    sl = scope_group(request.resource_logs, "scope_logs")
     record = LogRecord(
         time_unix_nano=t,
         observed_time_unix_nano=t + 7,

@@ -1,7 +1,8 @@
 """Keys Echo itself writes into ``attrs_json`` (never sent by producers, so not part of shared.contract).
 
-They describe how Echo stored an event: repairs it made, histogram summaries, span and log fields.
-``docs/echo.md`` lists them.
+They describe how Echo stored an event: repairs it made, histogram summaries, span and log fields, and every
+other OTLP field that has no column.
+``docs/contract.md`` lists them (a test keeps the two in step).
 """
 
 from __future__ import annotations
