@@ -22,17 +22,25 @@ async def hello(request: Request) -> PlainTextResponse:
     return PlainTextResponse("hello")
 
 
-@pytest.fixture
-def small_server() -> Iterator[str]:
-    """A server allowing 2 connections, each idle at most 1 s; yields ``host:port``."""
-    server = AsgiServer(
-        "test", Starlette(routes=[Route("/", hello)]), Limits(max_connections=2, idle_timeout_s=1)
-    )
+def serve(limits: Limits) -> Iterator[str]:
+    server = AsgiServer("test", Starlette(routes=[Route("/", hello)]), limits)
     port = server.start(HostPort("127.0.0.1", 0))
     try:
         yield f"127.0.0.1:{port}"
     finally:
         server.stop()
+
+
+@pytest.fixture
+def capped_server() -> Iterator[str]:
+    """A server allowing 2 connections (idle ones kept 30 s); yields ``host:port``."""
+    yield from serve(Limits(max_connections=2, idle_timeout_s=30))
+
+
+@pytest.fixture
+def small_server() -> Iterator[str]:
+    """A server closing connections idle for 1 s; yields ``host:port``."""
+    yield from serve(Limits(max_connections=2, idle_timeout_s=1))
 
 
 def get(address: str) -> int:
@@ -42,18 +50,18 @@ def get(address: str) -> int:
         return 0
 
 
-def test_connections_past_the_cap_get_503_and_slots_come_back(small_server: str) -> None:
-    host, port = small_server.rsplit(":", 1)
+def test_connections_past_the_cap_get_503_and_slots_come_back(capped_server: str) -> None:
+    host, port = capped_server.rsplit(":", 1)
     idle = [socket.create_connection((host, int(port))) for _ in range(2)]
     deadline = time.monotonic() + 5
-    while get(small_server) != 503:  # until the server has accepted both idle connections
+    while get(capped_server) != 503:  # until the server has accepted both idle connections
         assert time.monotonic() < deadline, "the third connection was never refused"
         time.sleep(0.02)
-    response = httpx.get(f"http://{small_server}/", timeout=5)
+    response = httpx.get(f"http://{capped_server}/", timeout=5)
     assert response.status_code == 503 and response.headers["connection"] == "close"
     idle[0].close()
     deadline = time.monotonic() + 5
-    while get(small_server) != 200:
+    while get(capped_server) != 200:
         assert time.monotonic() < deadline, "the slot of a closed connection did not come back"
         time.sleep(0.02)
     idle[1].close()
