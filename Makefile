@@ -8,12 +8,13 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/setup-host.sh scripts/link-bcc.sh
+$(STAMP): pyproject.toml scripts/setup-host.sh scripts/link-bcc.sh scripts/setup-interop.sh tests/interop/package-lock.json
 	bash scripts/setup-host.sh
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	bash scripts/link-bcc.sh $(VENV)
+	bash scripts/setup-interop.sh
 	touch $(STAMP)
 
 # The fake libcudart/libnccl used to test the agent without GPUs.

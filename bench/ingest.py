@@ -2,20 +2,25 @@
 and the wall time of the 8 x 250 fan-in; medians of several runs, each into a fresh store.
 
 Producers are threads sending prebuilt raw OTLP requests (encoded once, before any run, and reused:
-every run writes a fresh DB, so nothing is deduplicated away). After each run Echo is stopped and the
-rows counted: ``lost`` = acknowledged - stored must be 0. Client and Echo share this machine's cores.
+every run writes a fresh DB, so nothing is deduplicated away), over OTLP/gRPC (``--transport grpc``,
+the default) or OTLP/HTTP protobuf (``--transport http``: one kept-alive connection per producer, 429/503
+answered by waiting ``Retry-After``). After each run Echo is stopped and the rows counted: ``lost`` =
+acknowledged - stored must be 0. Client and Echo share this machine's cores.
 
-``python -m bench ingest --seconds 20 --runs 3``
+``python -m bench ingest --seconds 20 --runs 3 [--transport http]``
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +66,65 @@ def writer_busy_s(echo: EchoProcess) -> float | None:
     return None
 
 
-def ingest_once(workdir: Path, cfg: StressConfig, work: list[list[Batch]], n: int) -> dict[str, Any]:
+@dataclass
+class HttpResult:
+    """What :func:`http_run` counted, named as :class:`echo.stress.runner.StressResult` names it."""
+
+    sent: int = 0
+    acked: int = 0
+    failed: int = 0
+    retries: int = 0
+    elapsed_s: float = 0.0
+
+
+def http_run(address: str, work: list[list[Batch]], duration_s: float) -> HttpResult:
+    """Each producer thread POSTs its prebuilt requests to ``/v1/metrics`` on its own kept-alive
+    connection until ``duration_s`` passes; a 429/503 is resent after its ``Retry-After``."""
+    host, port = address.rsplit(":", 1)
+    headers = {"Content-Type": "application/x-protobuf", "Authorization": f"Bearer {TOKEN}"}
+    result, lock, start = HttpResult(), threading.Lock(), threading.Event()
+    t0 = [0.0]
+
+    def produce(batches: list[Batch]) -> None:
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        start.wait()
+        for batch in batches:
+            if time.monotonic() - t0[0] >= duration_s:
+                break
+            body = batch.payload
+            assert isinstance(body, bytes), "http_run needs prebuilt requests (raise --pool's limit)"
+            with lock:
+                result.sent += batch.count
+            while True:
+                conn.request("POST", "/v1/metrics", body=body, headers=headers)
+                response = conn.getresponse()
+                response.read()
+                if response.status not in (429, 503):
+                    break
+                with lock:
+                    result.retries += 1
+                time.sleep(float(response.getheader("Retry-After") or 1))
+            with lock:
+                if response.status == 200:
+                    result.acked += batch.count
+                else:
+                    result.failed += batch.count
+        conn.close()
+
+    threads = [threading.Thread(target=produce, args=(b,), daemon=True) for b in work]
+    for t in threads:
+        t.start()
+    t0[0] = time.monotonic()
+    start.set()
+    for t in threads:
+        t.join()
+    result.elapsed_s = time.monotonic() - t0[0]
+    return result
+
+
+def ingest_once(
+    workdir: Path, cfg: StressConfig, work: list[list[Batch]], n: int, transport: str = "grpc"
+) -> dict[str, Any]:
     db = workdir / f"ingest-{n}.db"
     with EchoProcess(db, token=TOKEN) as echo:
         live = StressConfig(
@@ -69,7 +132,10 @@ def ingest_once(workdir: Path, cfg: StressConfig, work: list[list[Batch]], n: in
         )
         assert echo.proc is not None
         echo_cpu, client_cpu, busy = cpu_seconds(echo.proc.pid), time.process_time(), writer_busy_s(echo)
-        result = runner.run(live, work)
+        if transport == "http":
+            result: Any = http_run(str(echo.listening["otlp_http"]), work, cfg.duration_s or 20.0)
+        else:
+            result = runner.run(live, work)
         echo_cpu, client_cpu = cpu_seconds(echo.proc.pid) - echo_cpu, time.process_time() - client_cpu
         busy_after = writer_busy_s(echo)
         writer_busy = (
@@ -119,6 +185,9 @@ def run(argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--producers", type=int, default=8)
     parser.add_argument("--batch", type=int, default=5000, help="points per Export RPC")
     parser.add_argument("--pool", type=int, default=4_000_000, help="points encoded up front (caps one run)")
+    parser.add_argument(
+        "--transport", choices=("grpc", "http"), default="grpc", help="OTLP/gRPC or OTLP/HTTP protobuf"
+    )
     args, _ = parser.parse_known_args(argv)
 
     plan = StressPlan("bench", "producer", args.producers, args.pool // args.producers)
@@ -131,13 +200,13 @@ def run(argv: list[str]) -> dict[str, Any]:
     )
     print(
         f"encoded {plan.total:,} points in {time.monotonic() - t:.1f} s "
-        f"({args.producers} producers, {args.batch} points per request)",
+        f"({args.producers} producers, {args.batch} points per request, over {args.transport})",
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
         ingest = []
         for n in range(args.runs):
-            r = ingest_once(Path(tmp), cfg, work, n)
+            r = ingest_once(Path(tmp), cfg, work, n, args.transport)
             ingest.append(r)
             print(
                 f"  ingest run {n + 1}: {r['points_per_s']:>9,.0f} points/s  acked {r['acked']:,} in "
@@ -169,6 +238,7 @@ def run(argv: list[str]) -> dict[str, Any]:
         f"ratio {TARGET_FANIN_S / fan:.2f}x  (sending alone {send:.3f} s)"
     )
     return {
+        "transport": args.transport,
         "points_per_s_median": pps,
         "fanin_wall_s_median": fan,
         "fanin_send_s_median": send,

@@ -26,6 +26,7 @@ import grpc
 
 from echo import ops
 from echo.guard.instance import seal
+from echo.ingest.asgi_server import AsgiServer, Limits
 from echo.ingest.auth import TokenCheck
 from echo.ingest.grpc_server import start_grpc
 from echo.ingest.http_server import OpsRoute, start_http
@@ -83,7 +84,7 @@ class _Running:
     con: duckdb.DuckDBPyConnection
     writer: Writer
     grpc_server: grpc.Server | None = None
-    http_server: object | None = None
+    http_server: AsgiServer | None = None
     started_services: list[Service] = field(default_factory=list)
 
 
@@ -129,8 +130,9 @@ class Echo:
             run.grpc_server, port = start_grpc(ingest, auth, s.otlp_grpc, s.tls_pair(), s.grpc_workers)
             self.grpc_address = connect_address(s.otlp_grpc.host, port)
         if s.otlp_http is not None:
-            tls_files = (str(s.tls_cert), str(s.tls_key)) if s.tls_cert and s.tls_key else None
-            run.http_server, port, _ = start_http(ingest, auth, s.otlp_http, self._ops_routes(), tls_files)
+            limits = Limits(s.http_max_connections, s.http_idle_timeout_s)
+            ops = self._ops_routes()
+            run.http_server, port = start_http(ingest, auth, s.otlp_http, ops, s.tls_files(), limits)
             self.http_address = connect_address(s.otlp_http.host, port)
         for service in self.services:
             self.service_addresses[service.name] = service.start(self)
@@ -146,8 +148,7 @@ class Echo:
             if run.grpc_server is not None:
                 run.grpc_server.stop(grace_s).wait()
             if run.http_server is not None:
-                run.http_server.shutdown()  # type: ignore[attr-defined]
-                run.http_server.server_close()  # type: ignore[attr-defined]
+                run.http_server.stop()  # in-flight requests finish: the writer still commits
             run.writer.stop()
             try:
                 run.con.execute("CHECKPOINT")

@@ -42,6 +42,8 @@ class Snapshot:
     rejected_what: dict[str, str]
     """reason -> ``request`` (the whole request was refused) or ``event`` (one event inside a request)."""
     stored_with_fix: Counter[str]
+    attribute_conflicts: Counter[str]
+    """column -> events whose point attributes contradicted the resource's value (which was kept)."""
     requests: Counter[str]
     commit_seconds: Histogram
     batch_rows: Histogram
@@ -58,6 +60,7 @@ class Stats:
         self._rejected: Counter[str] = Counter()
         self._rejected_what: dict[str, str] = {}
         self._fixed: Counter[str] = Counter()
+        self._conflicts: Counter[str] = Counter()
         self._requests: Counter[str] = Counter()
         self._committed = 0
         self._duplicates = 0
@@ -80,6 +83,11 @@ class Stats:
             with self._lock:
                 self._fixed.update(counts)
 
+    def attribute_conflicts(self, counts: Counter[str]) -> None:
+        if counts:
+            with self._lock:
+                self._conflicts.update(counts)
+
     def request(self, outcome: str) -> None:
         with self._lock:
             self._requests[outcome] += 1
@@ -96,7 +104,7 @@ class Stats:
             return Snapshot(
                 received=Counter(self._received), committed=self._committed, duplicates=self._duplicates,
                 rejected=Counter(self._rejected), rejected_what=dict(self._rejected_what),
-                stored_with_fix=Counter(self._fixed),
+                stored_with_fix=Counter(self._fixed), attribute_conflicts=Counter(self._conflicts),
                 requests=Counter(self._requests),
                 commit_seconds=_copy(self._commit), batch_rows=_copy(self._batch),
                 queue_rows=self.queue_rows(),
@@ -150,6 +158,12 @@ def render(s: Snapshot) -> str:
     lines += _counter_lines(
         "rankecho_echo_stored_with_fix_total", "Events stored after a safe repair, by reason.", "reason",
         s.stored_with_fix,
+    )  # fmt: skip
+    lines += _counter_lines(
+        "rankecho_echo_attribute_conflicts_total",
+        "Events whose point attributes named another value for a column than their resource; the "
+        "resource's value is stored in the column, the point's stays in attrs_json.",
+        "column", s.attribute_conflicts,
     )  # fmt: skip
     lines += _counter_lines(
         "rankecho_echo_requests_total", "OTLP requests by outcome.", "outcome", s.requests

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepare a Debian host for rankecho: bcc, kernel headers bcc can compile against, and tracefs.
+# Prepare a Debian host for rankecho: bcc, kernel headers bcc can compile against, tracefs, and Node.js
+# with npm (the interop tests run OpenTelemetry JS exporters and MCP Inspector: scripts/setup-interop.sh).
 # Idempotent and quick when everything is in place. Without root it only reports what is missing.
 set -euo pipefail
 
@@ -20,6 +21,9 @@ if ! command -v dpkg-query >/dev/null 2>&1; then
 fi
 
 mapfile -t missing < <(missing_packages)
+# Node.js may come from elsewhere (nodesource, nvm): ask apt for it only when no node/npm is on PATH.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     say "missing packages: ${missing[*]}; run as root: apt-get install -y ${missing[*]}"

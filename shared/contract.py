@@ -112,7 +112,7 @@ M_GPU_THROTTLE: Final = "rankecho.gpu.throttle_reasons"
 M_AGENT_DROPS: Final = "rankecho.agent.dropped_events"
 
 # --- How Echo turns resource/point attributes into columns ---------------------------------------
-# First key present wins; point attributes are consulted before resource attributes.
+# First key present wins; resource attributes are consulted before point attributes (docs/contract.md).
 COLUMN_SOURCES: Final[dict[str, tuple[str, ...]]] = {
     "cluster_id": (CLUSTER_NAME, PLAIN_CLUSTER_ID),
     "node_id": (NODE_NAME, PLAIN_NODE_ID, HOST_NAME),

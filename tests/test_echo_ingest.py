@@ -25,7 +25,7 @@ def rows(echo: Echo, sql: str) -> list[tuple[object, ...]]:
     return echo.reader.query(sql).rows
 
 
-def test_semconv_and_plain_keys_map_to_columns_point_wins_and_consumed_keys_leave_attrs(
+def test_semconv_and_plain_keys_map_to_columns_resource_wins_and_conflicts_are_kept_and_counted(
     echo_inproc: Echo,
 ) -> None:
     now = time.time_ns()
@@ -33,16 +33,36 @@ def test_semconv_and_plain_keys_map_to_columns_point_wins_and_consumed_keys_leav
     points = [
         Point(c.M_HEALTH, now, 0.5, {c.CAUSAL_CHAIN_ID: "comm:7", "extra": "x"}),
         Point(c.M_HEALTH, now + 1, 0.6, {"node_id": "node-p", "rank": "5"}),
+        Point(c.M_HEALTH, now + 2, 0.7, {"rank": 3, "nranks": "not a number"}),
     ]
     grpc_export(echo_inproc.grpc_address or "", metrics_request(resource, points), TEST_TOKEN)
     columns = "cluster_id, node_id, rank, nranks, causal_chain_id, attrs_json"
-    got = rows(echo_inproc, f"SELECT {columns} FROM events ORDER BY timestamp_ns")
-    first, second = got
+    first, second, third = rows(echo_inproc, f"SELECT {columns} FROM events ORDER BY timestamp_ns")
+    scope = {keys.SCOPE_NAME: "rankecho"}
     assert first[:5] == ("k8s-c", "node-r", 3, 8, "comm:7")
-    assert json.loads(str(first[5])) == {c.HOST_NAME: "h1", c.CAUSAL_CHAIN_ID: "comm:7", "extra": "x"}
-    assert second[:5] == ("k8s-c", "node-p", 5, 8, None)
-    # the point's plain keys were consumed; the resource's overridden keys stay as evidence
-    assert json.loads(str(second[5])) == {c.HOST_NAME: "h1", c.NODE_NAME: "node-r", c.RANK: 3}
+    assert json.loads(str(first[5])) == {
+        c.HOST_NAME: "h1",
+        **scope,
+        c.CAUSAL_CHAIN_ID: "comm:7",
+        "extra": "x",
+    }
+    # the resource names the process: its node and rank are kept; the point's other values stay as evidence
+    assert second[:5] == ("k8s-c", "node-r", 3, 8, None)
+    assert json.loads(str(second[5])) == {c.HOST_NAME: "h1", **scope, "node_id": "node-p", "rank": "5"}
+    # agreeing with the resource is no conflict; a value that does not fit the column is no conflict either
+    assert third[:5] == ("k8s-c", "node-r", 3, 8, None)
+    assert json.loads(str(third[5])) == {c.HOST_NAME: "h1", **scope, "rank": 3, "nranks": "not a number"}
+    assert echo_inproc.stats.snapshot().attribute_conflicts == {"node_id": 1, "rank": 1}
+
+
+def test_point_attributes_fill_columns_the_resource_leaves_empty(echo_inproc: Echo) -> None:
+    now = time.time_ns()
+    points = [Point(c.M_HEALTH, now + r, 0.5, {"rank": r, "node_id": "n-point"}) for r in range(3)]
+    grpc_export(echo_inproc.grpc_address or "", metrics_request({"cluster_id": "c"}, points), TEST_TOKEN)
+    got = rows(echo_inproc, "SELECT cluster_id, node_id, rank, attrs_json FROM events ORDER BY rank")
+    assert [r[:3] for r in got] == [("c", "n-point", 0), ("c", "n-point", 1), ("c", "n-point", 2)]
+    assert all(json.loads(str(r[3])) == {keys.SCOPE_NAME: "rankecho"} for r in got)
+    assert echo_inproc.stats.snapshot().attribute_conflicts == {}
 
 
 def test_seed_queries_run_verbatim_and_count_exactly(echo_inproc: Echo) -> None:
@@ -147,12 +167,13 @@ def test_values_that_python_calls_equal_keep_their_own_types(echo_inproc: Echo) 
             dp.attributes.append(key_values({"flag": value})[0])
     grpc_export(echo_inproc.grpc_address or "", request, TEST_TOKEN)
     got = rows(echo_inproc, "SELECT attrs_json FROM events ORDER BY timestamp_ns")
+    scope = '{"otel.scope.name":"rankecho",'
     assert [r[0] for r in got] == [
-        '{"flag":true}',
-        '{"flag":1}',
-        '{"flag":1.0}',
-        '{"flag":[true]}',
-        '{"flag":[1]}',
+        scope + '"flag":true}',
+        scope + '"flag":1}',
+        scope + '"flag":1.0}',
+        scope + '"flag":[true]}',
+        scope + '"flag":[1]}',
     ]
 
 
@@ -162,4 +183,6 @@ def test_unusable_column_values_stay_in_attrs(echo_inproc: Echo) -> None:
     grpc_export(echo_inproc.grpc_address or "", request, TEST_TOKEN)
     got = rows(echo_inproc, "SELECT node_id, rank, nranks, attrs_json FROM events")
     assert got[0][:3] == ("h", None, None)  # the first key whose value fits wins
-    assert json.loads(str(got[0][3])) == {"node_id": 17, "rank": "first", c.NRANKS: 2**40}
+    assert json.loads(str(got[0][3])) == {
+        "node_id": 17, "rank": "first", c.NRANKS: 2**40, keys.SCOPE_NAME: "rankecho"
+    }  # fmt: skip

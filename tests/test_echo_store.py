@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import os
-import socket
-import time
 from pathlib import Path
 
 import duckdb
 import httpx
 import pytest
-from conftest import local_settings
 from echo_helpers import TEST_TOKEN, grpc_export, node_request
 
 from echo.app import Echo
-from echo.ingest import http_server
 from echo.ingest.rows import ARROW_SCHEMA
 from echo.store.lock import StoreLock, StoreLockedError, is_locked
 from echo.store.migrate import SchemaTooNewError, available, migrate
@@ -99,29 +95,3 @@ def test_the_writers_arrow_schema_matches_the_events_table(tmp_path: Path) -> No
             name: kind for name, kind, *_ in con.execute("DESCRIBE SELECT * FROM empty").fetchall()
         }
     assert {name: table_types[name] for name in ARROW_SCHEMA.names} == arrow_types
-
-
-def test_http_connections_are_capped_and_slots_come_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(http_server, "MAX_CONNECTIONS", 2)
-    with Echo(local_settings(tmp_path / "echo.db")) as echo:
-        host, port = (echo.http_address or "").rsplit(":", 1)
-        idle = [socket.create_connection((host, int(port))) for _ in range(2)]
-        time.sleep(0.2)  # let the server accept both
-        with socket.create_connection((host, int(port))) as refused:
-            refused.settimeout(5)
-            assert refused.recv(1) == b""  # closed at once
-        idle[0].close()
-        deadline = time.monotonic() + 5
-        while httpx_status(echo) != 200 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert httpx_status(echo) == 200
-        idle[1].close()
-
-
-def httpx_status(echo: Echo) -> int:
-    try:
-        return httpx.get(f"http://{echo.http_address}/healthz", timeout=2).status_code
-    except httpx.HTTPError:
-        return 0

@@ -2,7 +2,9 @@
 
 Decoders (``metrics.py``, ``traces.py``, ``logs.py``) walk one OTLP request and call
 :meth:`RowBatch.add` once per data point / span / log record. Column mapping comes only from
-``shared.contract``: point attributes win over resource attributes, keys consumed into a column leave
+``shared.contract``: the resource identifies the process, so its attributes fill a column first and a
+point attribute fills it only when the resource has no usable value; a point value that disagrees
+stays in ``attrs_json`` and is counted as a conflict for that column. Keys consumed into a column leave
 ``attrs_json``, ``causal_chain_id`` is copied to its column and stays in ``attrs_json``.
 
 Resolving an attribute set (merge, map, JSON-encode) is the expensive part of ingest, so
@@ -55,6 +57,11 @@ class Resolved:
     causal_chain_id: str | None
     attrs_json: str
     dropped: int
+    conflicts: tuple[str, ...] = ()
+    """Columns whose value a point attribute contradicted (the resource's value was kept)."""
+    noteworthy: bool = False
+    """True when a row with these attributes must be counted (dropped attributes or conflicts): one
+    check on the hot path instead of two."""
 
 
 @dataclass
@@ -121,22 +128,28 @@ class AttrResolver:
         merged.update(point_map)
         resource_map = dict(resource)
         columns: dict[str, Any] = {}
+        conflicts: list[str] = []
         for column, sources in c.COLUMN_SOURCES.items():
-            for attrs, key in ((a, k) for a in (point_map, resource_map) for k in sources if k in a):
+            for attrs, key in ((a, k) for a in (resource_map, point_map) for k in sources if k in a):
                 value = _column_value(column, attrs[key])
                 if value is not None:
                     columns[column] = value
                     if merged.get(key) == attrs[key]:
                         del merged[key]
+                    if attrs is resource_map and _contradicts(column, sources, point_map, value):
+                        conflicts.append(column)
                     break
         for column, key in c.PROMOTED_COPIES.items():
             if key in merged:
                 columns[column] = str(merged[key])
         dropped = 0
-        if len(merged) > self.max_attributes:
-            dropped = len(merged) - self.max_attributes
-            merged = dict(list(merged.items())[: self.max_attributes])
-            merged[keys.DROPPED_ATTRIBUTES] = dropped
+        if len(merged) > self.max_attributes:  # the producer's attributes are capped, Echo's own are not
+            sent = [key for key in merged if key not in keys.ECHO_KEYS]
+            for key in sent[self.max_attributes :]:
+                del merged[key]
+                dropped += 1
+            if dropped:
+                merged[keys.DROPPED_ATTRIBUTES] = dropped
         return Resolved(
             cluster_id=columns.get("cluster_id"),
             node_id=columns.get("node_id"),
@@ -145,7 +158,19 @@ class AttrResolver:
             causal_chain_id=columns.get("causal_chain_id"),
             attrs_json=json.dumps(merged, separators=(",", ":"), ensure_ascii=False),
             dropped=dropped,
+            conflicts=tuple(conflicts),
+            noteworthy=bool(dropped or conflicts),
         )
+
+
+def _contradicts(column: str, sources: Sequence[str], point: dict[str, Any], chosen: Any) -> bool:
+    """True when a point attribute for ``column`` holds a usable value other than ``chosen``."""
+    for key in sources:
+        if key in point:
+            value = _column_value(column, point[key])
+            if value is not None and value != chosen:
+                return True
+    return False
 
 
 def content_id(prefix: bytes, body: bytes) -> str:
@@ -162,6 +187,8 @@ class RowBatch:
         self.rejected = Rejections()
         self.stored_with_fix: Counter[str] = Counter()
         """Events stored after a safe repair, by reason (non-finite value, dropped attributes)."""
+        self.conflicts: Counter[str] = Counter()
+        """Events whose point attributes contradicted the resource's, by column."""
         self.max_timestamp_ns = self.received_ns  # replaced by decoders that know the skew limit
 
     def __len__(self) -> int:
@@ -197,8 +224,15 @@ class RowBatch:
         value_int: int | None,
     ) -> None:
         self.rows.append((resolved, event_id, timestamp_ns, signal, metric_name, value_double, value_int))
+        if resolved.noteworthy:
+            self.note(resolved)
+
+    def note(self, resolved: Resolved) -> None:
+        """Count what a noteworthy row carries (hot loops append rows themselves and call this)."""
         if resolved.dropped:
             self.stored_with_fix["too_many_attributes"] += 1
+        if resolved.conflicts:
+            self.conflicts.update(resolved.conflicts)
 
     def to_arrow(self) -> pa.Table:
         if not self.rows:

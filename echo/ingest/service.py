@@ -13,6 +13,7 @@ Usage::
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,6 +89,8 @@ class Ingest:
         self.writer = writer
         self.stats = stats
         self.resolver = AttrResolver(settings.max_attributes)
+        self._decoding = threading.BoundedSemaphore(settings.decode_threads)
+        """At most ``decode_threads`` requests decode at once (see :attr:`Settings.decode_threads`)."""
 
     def check_size(self, n_bytes: int) -> None:
         if n_bytes > self.settings.max_message_bytes:
@@ -121,7 +124,8 @@ class Ingest:
         batch = RowBatch(now)
         batch.max_timestamp_ns = now + int(self.settings.max_future_skew_s * 1e9)
         try:
-            signal.decode(request, self.resolver, batch)
+            with self._decoding:
+                signal.decode(request, self.resolver, batch)
         except RecursionError:
             self.reject_request("too_deep")
             raise IngestError(INVALID, "attribute values nested too deeply: flatten them") from None
@@ -129,6 +133,7 @@ class Ingest:
         for reason, n in batch.rejected.counts.items():
             self.stats.rejected(reason, n)
         self.stats.stored_with_fix(batch.stored_with_fix)
+        self.stats.attribute_conflicts(batch.conflicts)
         self._commit(batch)
         response = signal.response()
         if batch.rejected.total:

@@ -1,7 +1,8 @@
 """OTLP spans -> rows: name as metric_name, start as timestamp, duration in ms as value_double.
 
 Trace/span ids go into ``attrs_json`` as lowercase hex (``trace_id``, ``span_id``, ``parent_span_id``),
-with the span kind, status code and end time. Span events and links are not stored.
+with the span kind, status code and message, end time, trace state, flags, the producer's dropped counts,
+and the span's events and links as JSON arrays (``rankecho.span.events``, ``rankecho.span.links``).
 """
 
 from __future__ import annotations
@@ -12,9 +13,25 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from echo.ingest import keys as c
 from echo.ingest.rows import AttrResolver, RowBatch, content_id
-from echo.ingest.values import point_pairs, walk
+from echo.ingest.values import pairs, point_pairs, walk
 
 SIGNAL = "span"
+
+
+def _event(e: Any) -> dict[str, Any]:
+    item = {"time_ns": e.time_unix_nano, "name": e.name, "attributes": dict(pairs(e.attributes))}
+    if e.dropped_attributes_count:
+        item["dropped_attributes_count"] = e.dropped_attributes_count
+    return item
+
+
+def _link(link: Any) -> dict[str, Any]:
+    item = {"trace_id": link.trace_id.hex(), "span_id": link.span_id.hex(),
+            "attributes": dict(pairs(link.attributes))}  # fmt: skip
+    for name in ("trace_state", "flags", "dropped_attributes_count"):
+        if value := getattr(link, name):
+            item[name] = value
+    return item
 
 
 def _span_extra(span: Any) -> list[tuple[str, Any]]:
@@ -24,7 +41,19 @@ def _span_extra(span: Any) -> list[tuple[str, Any]]:
     extra.append((c.SPAN_KIND, span.kind))
     if span.status.code:
         extra.append((c.SPAN_STATUS, span.status.code))
+    if span.status.message:
+        extra.append((c.SPAN_STATUS_MESSAGE, span.status.message))
     extra.append((c.SPAN_END_NS, span.end_time_unix_nano))
+    optional = (
+        (c.SPAN_TRACE_STATE, span.trace_state),
+        (c.SPAN_FLAGS, span.flags),
+        (c.SPAN_EVENTS, tuple(_event(e) for e in span.events)),
+        (c.SPAN_LINKS, tuple(_link(link) for link in span.links)),
+        (c.SPAN_DROPPED_ATTRIBUTES, span.dropped_attributes_count),
+        (c.SPAN_DROPPED_EVENTS, span.dropped_events_count),
+        (c.SPAN_DROPPED_LINKS, span.dropped_links_count),
+    )
+    extra += [(key, value) for key, value in optional if value]
     return extra
 
 

@@ -1,0 +1,130 @@
+"""The one HTTP server Echo runs: an ASGI app under uvicorn, in a daemon thread, on a socket bound first.
+
+Echo's OTLP/HTTP listener (with ``/healthz``, ``/readyz``, ``/metrics``) and its MCP listener both use
+:class:`AsgiServer`, so every HTTP request Echo answers goes through the same stack: uvicorn (HTTP/1.1
+parsing, keep-alive, chunked and Content-Length bodies, TLS) and Starlette. Binding the socket before
+uvicorn starts means port 0 works, the bound address is known at once, and a busy port fails in
+:meth:`AsgiServer.start` with the address in the message.
+
+Limits are uvicorn's own: ``limit_concurrency`` answers 503 (which OTLP clients retry) once
+``max_connections`` connections are open, and ``timeout_keep_alive`` closes a connection idle that long.
+uvicorn arms that idle timer only after a first response; :class:`_IdleFromConnect` arms it when the
+connection opens too, so a client that connects and never speaks cannot hold a slot forever.
+
+Usage::
+
+    server = AsgiServer("otlp-http", app)
+    port = server.start(HostPort("127.0.0.1", 0), tls_files=None)   # the bound port
+    server.stop()                                                    # in-flight requests finish
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from echo.settings import HostPort
+
+log = logging.getLogger(__name__)
+
+MAX_CONNECTIONS = 256
+"""Open connections per listener; past it each request is answered 503 and the connection closed."""
+IDLE_TIMEOUT_S = 60
+"""Seconds a connection may stay open without sending a request (from connect, or after a response)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_connections: int = MAX_CONNECTIONS
+    idle_timeout_s: int = IDLE_TIMEOUT_S
+    graceful_shutdown_s: int = 5
+    """How long :meth:`AsgiServer.stop` lets in-flight requests finish (e.g. one waiting for a commit)."""
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class _IdleFromConnect(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with the keep-alive timer armed at connect: the first request must
+    start within the idle timeout, as every later one must (uvicorn disarms it when data arrives)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn
+        super().connection_made(transport)
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
+
+
+class AsgiServer:
+    """One listener. ``name`` names its thread and its errors (``cannot listen for OTLP/HTTP on ...``)."""
+
+    def __init__(
+        self, name: str, app: Any, limits: Limits = DEFAULT_LIMITS, start_timeout_s: float = 15.0
+    ) -> None:
+        self.name = name
+        self._app = app
+        self._limits = limits
+        self._start_timeout_s = start_timeout_s
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, bind: HostPort, tls_files: tuple[str, str] | None = None) -> int:
+        """Bind, start serving, wait until uvicorn is up; returns the bound port. Raises OSError."""
+        sock = _bound_socket(bind, self.name)
+        limits = self._limits
+        config = uvicorn.Config(
+            self._app,
+            http=_IdleFromConnect,
+            log_config=None,  # uvicorn's records go through Echo's own logging setup
+            log_level="warning",
+            access_log=False,
+            lifespan="auto",
+            limit_concurrency=limits.max_connections + 1,  # uvicorn counts the new connection itself
+            timeout_keep_alive=limits.idle_timeout_s,
+            timeout_graceful_shutdown=limits.graceful_shutdown_s,
+            server_header=False,
+            ssl_certfile=tls_files[0] if tls_files else None,
+            ssl_keyfile=tls_files[1] if tls_files else None,
+        )
+        server = self._server = uvicorn.Server(config)
+        thread = self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name=f"echo-{self.name}", daemon=True
+        )
+        thread.start()
+        deadline = time.monotonic() + self._start_timeout_s
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                server.should_exit = True
+                sock.close()
+                raise OSError(f"the {self.name} server did not start on {bind} (see the log above)")
+            time.sleep(0.01)
+        return int(sock.getsockname()[1])
+
+    def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish (up to the graceful limit), end the thread."""
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(self._limits.graceful_shutdown_s + 5.0)
+
+
+def _bound_socket(bind: HostPort, name: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in bind.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((bind.host, bind.port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen for {name} on {bind}: {exc.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
