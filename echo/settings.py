@@ -94,6 +94,9 @@ class Settings:
     http_max_connections: int = 256
     """Open connections per HTTP listener; past it requests are answered 503 (clients retry)."""
     http_idle_timeout_s: int = 60
+    checkpoint_every_s: float = 60.0
+    """The writer folds the write-ahead log into the store file this often when idle, so a restart
+    replays at most this long's worth of log (and never checkpoints without room on the volume)."""
     """Seconds an HTTP connection may sit idle (before a request, between requests, or mid-body)."""
     duckdb_memory_limit: str = DEFAULT_MEMORY_LIMIT
     """DuckDB's ``memory_limit`` for the store instance (writer and readers together), e.g. ``4GB``."""
