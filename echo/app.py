@@ -32,7 +32,7 @@ from echo.ingest.grpc_server import start_grpc
 from echo.ingest.http_server import OpsRoute, start_http
 from echo.ingest.service import Ingest
 from echo.settings import HostPort, Settings
-from echo.store.lock import StoreLock
+from echo.store.lock import StoreLock, StoreLockedError
 from echo.store.migrate import migrate
 from echo.store.reader import Reader
 from echo.store.writer import Writer
@@ -63,7 +63,16 @@ def connect_address(host: str, port: int) -> str:
 def open_store(db_path: Path, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) and migrate the store; the caller must hold its :class:`StoreLock`."""
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(db_path))
+    if db_path.exists() and db_path.stat().st_nlink > 1:
+        log.warning("%s has %d hard links: DuckDB names its write-ahead log after the path opened, so "
+                    "always start Echo with the same name", db_path, db_path.stat().st_nlink)  # fmt: skip
+    try:
+        con = duckdb.connect(str(db_path))
+    except duckdb.IOException as exc:
+        if "lock" not in str(exc).lower():
+            raise
+        # Another process (not an Echo: those hold the StoreLock) has the file open read-write.
+        raise StoreLockedError(db_path, None, f"DuckDB: {exc}") from None
     version = migrate(con)
     # Fewer automatic checkpoints inside the writer's COMMITs (~15% more rows/s at the default 16MB);
     # the writer checkpoints when idle instead (Settings.checkpoint_every_s), keeping the WAL replay short.
@@ -109,9 +118,10 @@ class Echo:
         s = self.settings
         self._lock.acquire()
         try:
-            con = open_store(s.db_path, s.duckdb_memory_limit)
+            con = open_store(self._lock.real_path, s.duckdb_memory_limit)
+            self._lock.cover()  # a store created just now: lock its inode too (hard links)
             writer = Writer(con.cursor(), self.stats, s.queue_rows, s.batch_rows, s.retry_after_s,
-                            s.db_path, s.checkpoint_every_s)  # fmt: skip
+                            self._lock.real_path, s.checkpoint_every_s)  # fmt: skip
             writer.checkpoint()  # a WAL replayed at this start is not replayed again at the next
             self.stats.queue_rows = lambda: writer.queued_rows
             self._run = run = _Running(con, writer)
