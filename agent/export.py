@@ -49,6 +49,13 @@ FIXES = {
 
 ADOPT_EVERY_S = 2.0
 """How often the spools of ended agent runs are taken over for replay."""
+RECONNECT_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+"""gRPC's own reconnect backoff (default 1 s growing to 120 s) bounded to 100 ms..1 s (gRPC jitters it):
+with the defaults the first send after a 30 s outage came 9-15 s after Echo was back, 0.3-0.5 s with these."""
 
 Key = Any  # a process key, or None for node-level points
 
@@ -78,8 +85,10 @@ class ExportConfig:
     cert_file: str | None = None
     key_file: str | None = None
     timeout_s: float = 5.0
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 5.0
+    backoff_base_s: float = 0.1
+    backoff_max_s: float = 1.0
+    """The exporter's own retry backoff (jittered): at most this long between tries, so the spool
+    starts draining within about a second of Echo's return."""
     queue_max: int = 64
     """Batches held in memory; beyond it batches go straight to the spool."""
 
@@ -119,7 +128,7 @@ class Exporter:
         self.sent_points = 0
         self.rejected_points = 0
         target = cfg.endpoint.split("://", 1)[-1]
-        options = [("grpc.max_send_message_length", 64 << 20)]
+        options = [("grpc.max_send_message_length", 64 << 20), *RECONNECT_OPTIONS]
         if cfg.tls:
             self._channel = grpc.secure_channel(target, _credentials(cfg), options, grpc.Compression.Gzip)
         else:
@@ -139,10 +148,15 @@ class Exporter:
         except queue.Full:
             self.spool.put(batch.data, batch.points)
 
-    def _send(self, data: bytes, points: int) -> bool:
-        """One Export call. True = acknowledged (or permanently rejected: logged, never retried)."""
+    def _send(self, data: bytes, points: int, timeout_s: float | None = None) -> bool:
+        """One Export call. True = acknowledged (or permanently rejected: logged, never retried).
+
+        ``wait_for_ready``: while Echo is away the call waits (up to the timeout) for the channel to
+        reconnect instead of failing at once, so it goes out the moment the connection is back rather
+        than after the exporter's own backoff on top of gRPC's."""
         try:
-            resp = self._export(data, timeout=self.cfg.timeout_s, metadata=self._metadata)
+            timeout = self.cfg.timeout_s if timeout_s is None else max(0.05, timeout_s)
+            resp = self._export(data, timeout=timeout, metadata=self._metadata, wait_for_ready=True)
         except grpc.RpcError as err:
             code = err.code() if hasattr(err, "code") else None
             if not retryable(code):
@@ -178,12 +192,12 @@ class Exporter:
         if self._now() < self._next_try or not self._send(batch.data, batch.points):
             self.spool.put(batch.data, batch.points)
 
-    def _replay_one(self) -> bool:
+    def _replay_one(self, timeout_s: float | None = None) -> bool:
         """Send the oldest spooled request when not backing off; True when one was delivered."""
         item = self.spool.oldest()
         if item is None or self._now() < self._next_try:
             return False
-        if self._send(item.read(), item.points):
+        if self._send(item.read(), item.points, timeout_s):
             self.spool.remove(item)
             return True
         return False
@@ -207,23 +221,23 @@ class Exporter:
         self._thread = threading.Thread(target=self.run, name="rankecho-export", daemon=True)
         self._thread.start()
 
-    def close(self, deadline_s: float = 5.0) -> None:
-        """Stop the sending thread, then deliver what is queued and spooled until the deadline;
-        whatever is left stays in the spool for the next agent run."""
+    def close(self, deadline_s: float = 5.0, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Stop the sending thread, then keep delivering what is queued and spooled until it is all
+        sent or ``deadline_s`` passed, retrying with the usual (short) backoff; whatever is left stays
+        in the spool for the next agent run. (Found: one attempt on a channel still backing off left
+        31k points behind at the end of a job.)"""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         end = self._now() + deadline_s
-        self._next_try = 0.0  # one fresh attempt at shutdown, whatever the backoff said
+        self._next_try = 0.0  # a fresh attempt at shutdown, whatever the backoff said
         while True:
             try:
                 batch = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if self._now() < end:
-                self._deliver(batch)
-            else:
-                self.spool.put(batch.data, batch.points)
-        while self._now() < end and len(self.spool) and self._replay_one():
-            pass
+            self.spool.put(batch.data, batch.points)  # in order, behind what waits already
+        while len(self.spool) and self._now() < end:
+            if not self._replay_one(min(self.cfg.timeout_s, end - self._now())):
+                sleep(max(0.0, min(self._next_try, end) - self._now()) or 0.01)
         self._channel.close()

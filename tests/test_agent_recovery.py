@@ -1,0 +1,155 @@
+"""The agent's exporter against a real Echo that goes away and comes back (same port, same store).
+
+Found (issue 9): with gRPC's default reconnect backoff (1 s growing to 120 s) the first send after a
+30 s outage came 9-15 s after Echo was back, and at shutdown one attempt on a channel still backing off
+left 31k points in the spool "for the next run". Here: the first send within ~1 s of Echo's return, the
+spool drained while running, and a shutdown that keeps retrying through its grace period.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.export import Encoded, ExportConfig, Exporter, encode_batch
+from agent.spool import Spool
+from echo.app import Echo
+from echo.settings import HostPort, Settings
+from shared import contract as c
+from shared.otlp import Point
+from tests.echo_helpers import TEST_TOKEN
+
+OUTAGE_S = 8.0
+"""Long enough for gRPC's default backoff to reach ~4 s between attempts."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Echoes:
+    """Start and stop Echo on one port and one store, as a restarted pod would be."""
+
+    def __init__(self, db: Path) -> None:
+        self.settings = Settings(db_path=db, token=TEST_TOKEN, otlp_grpc=HostPort("127.0.0.1", free_port()),
+                                 otlp_http=None, mcp_http=None)  # fmt: skip
+        self.echo: Echo | None = None
+
+    @property
+    def address(self) -> str:
+        return str(self.settings.otlp_grpc)
+
+    def up(self) -> float:
+        self.echo = Echo(self.settings).start()
+        return time.monotonic()
+
+    def down(self) -> None:
+        if self.echo is not None:
+            self.echo.stop()
+            self.echo = None
+
+    def stored(self) -> int:
+        assert self.echo is not None
+        return int(self.echo.reader.query("SELECT count(*) FROM events").rows[0][0])
+
+
+@pytest.fixture
+def echoes(tmp_path: Path) -> Iterator[Echoes]:
+    e = Echoes(tmp_path / "echo.db")
+    yield e
+    e.down()
+
+
+def batch(start: int, n: int = 10) -> Encoded:
+    now = time.time_ns()
+    points = [(None, Point(c.M_HEALTH, now + i, 0.9, {c.EVENT_ID: f"e{start + i}"})) for i in range(n)]
+    return encode_batch({None: {c.NODE_NAME: "n0", c.CLUSTER_NAME: "c"}}, points, {})
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float) -> float:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+    return time.monotonic()
+
+
+def test_first_send_within_a_second_of_echos_return_and_the_spool_drains(
+    echoes: Echoes, tmp_path: Path
+) -> None:
+    echoes.up()
+    spool = Spool(tmp_path / "spool")
+    exporter = Exporter(ExportConfig(echoes.address, TEST_TOKEN, timeout_s=2.0), spool)
+    exporter.start()
+    try:
+        exporter.submit(batch(0))
+        wait_for(lambda: exporter.sent_points == 10, 10)
+        echoes.down()
+        sent, end = 10, time.monotonic() + OUTAGE_S
+        while time.monotonic() < end:  # the job keeps producing during the outage
+            exporter.submit(batch(sent))
+            sent += 10
+            time.sleep(0.2)
+        assert spool.points > 0 and exporter.sent_points == 10
+        back = echoes.up()
+        first = wait_for(lambda: exporter.sent_points > 10, 10)
+        drained = wait_for(lambda: exporter.sent_points == sent and len(spool) == 0, 20)
+        print(
+            f"first send {first - back:.2f} s after Echo's return, spool drained after {drained - back:.2f} s"
+        )
+        assert first - back < 1.5, f"first send {first - back:.2f} s after Echo was back"
+        assert echoes.stored() == sent
+    finally:
+        exporter.close(1)
+        spool.close()
+
+
+def test_shutdown_keeps_retrying_through_its_grace_period(echoes: Echoes, tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool")
+    exporter = Exporter(ExportConfig(echoes.address, TEST_TOKEN, timeout_s=1.0), spool)
+    exporter.start()
+    for i in range(20):  # Echo is not there: everything goes to the spool
+        exporter.submit(batch(i * 10))
+    wait_for(lambda: spool.points == 200, 10)
+    threading.Timer(2.0, echoes.up).start()  # Echo comes back 2 s into the agent's shutdown
+    started = time.monotonic()
+    exporter.close(8.0)
+    took = time.monotonic() - started
+    wait_for(lambda: echoes.echo is not None, 5)
+    print(f"shutdown sent the spool in {took:.2f} s; {spool.points} points stranded")
+    assert spool.points == 0 and len(spool) == 0, "points left for the next run"
+    assert exporter.sent_points == 200 and echoes.stored() == 200
+    assert took < 5.0
+    spool.close()
+
+
+def test_shutdown_leaves_the_rest_after_the_grace_period(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool")
+    exporter = Exporter(ExportConfig(f"127.0.0.1:{free_port()}", TEST_TOKEN, timeout_s=0.5), spool)
+    exporter.start()
+    exporter.submit(batch(0))
+    started = time.monotonic()
+    exporter.close(1.5)
+    assert 1.4 < time.monotonic() - started < 3.0
+    assert spool.points == 10
+    spool.close()
+
+
+def test_spool_age_counts_from_the_oldest_request_even_after_adoption(tmp_path: Path) -> None:
+    first = Spool(tmp_path / "spool")
+    assert first.oldest_age_s() == 0.0
+    first.put(b"x" * 10, 3)
+    time.sleep(0.3)
+    first.put(b"y" * 10, 4)
+    assert 0.3 <= first.oldest_age_s() < 5
+    first.close()  # a killed agent's spool, taken over by the next run
+    second = Spool(tmp_path / "spool")
+    assert second.points == 7 and second.oldest_age_s() >= 0.3
+    second.close()
