@@ -153,3 +153,34 @@ def test_spool_age_counts_from_the_oldest_request_even_after_adoption(tmp_path: 
     second = Spool(tmp_path / "spool")
     assert second.points == 7 and second.oldest_age_s() >= 0.3
     second.close()
+
+
+def test_summary_lists_nodes_whose_spool_still_holds_points(tmp_path: Path) -> None:
+    """The agents' spool reports reach fleet.cluster.summary: only nodes whose latest report is not empty."""
+    from echo.mcp.rates import load_rates
+    from echo.mcp.tools import Investigation
+    from shared.otlp import metrics_request
+    from tests.echo_helpers import grpc_export
+
+    t0 = time.time_ns()
+
+    def report(node: str, points: list[tuple[int, float]]) -> None:
+        pts = []
+        for i, (n, age) in enumerate(points):
+            pts += [Point(c.M_AGENT_SPOOL_POINTS, t0 + i, n), Point(c.M_AGENT_SPOOL_AGE, t0 + i, age)]
+        grpc_export(
+            echoes.address, metrics_request({c.CLUSTER_NAME: "c", c.NODE_NAME: node}, pts), TEST_TOKEN
+        )
+
+    echoes = Echoes(tmp_path / "echo.db")
+    echoes.up()
+    try:
+        report("drained", [(500, 12.0), (0, 0.0)])
+        report("behind", [(100, 3.0), (31_000, 42.5)])
+        assert echoes.echo is not None
+        summary = Investigation(echoes.echo.reader, load_rates()).summary()
+        assert [(s["node_id"], s["spooled_points"], s["oldest_age_s"]) for s in summary["spools"]] == [
+            ("behind", 31_000, 42.5)
+        ]
+    finally:
+        echoes.down()

@@ -113,6 +113,9 @@ class Investigation:
         metrics, metrics_cut = self.records(self.run_named("summary_metrics", **bounds))
         clock, clock_cut = self.records(self.run_named("clock_offsets", **bounds))
         alignment, alignment_cut = self.records(self.run_named("stream_alignment", **bounds))
+        spools, spools_cut = self.records(self.run_named("summary_spools", **bounds))  # data still on nodes
+        for spool in spools:
+            spool["reported"] = iso(spool["reported_ns"])
         for node in nodes:
             node["last"] = iso(node["last_ns"])
         clusters: dict[str | None, dict[str, Any]] = {}
@@ -131,7 +134,8 @@ class Investigation:
             "metrics": metrics,
             "clock": clock,
             "alignment": alignment,
-            "truncated": nodes_cut or ranks_cut or metrics_cut or clock_cut or alignment_cut,
+            "spools": spools,
+            "truncated": nodes_cut or ranks_cut or metrics_cut or clock_cut or alignment_cut or spools_cut,
         }
 
     def event_history(
