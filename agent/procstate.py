@@ -25,6 +25,9 @@ class Comm:
     seq: int = 0
     splits: int = 0
     p2p: dict[tuple[int, int], int] = field(default_factory=dict)
+    id_restored: bool = False
+    """Created before this agent attached, but its id, rank and size came from the journal of an earlier
+    agent run (:mod:`agent.journal`): the id is exact, only ``seq`` counts from the attach."""
 
 
 @dataclass

@@ -16,6 +16,7 @@ import os
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from agent import discovery, probes, resource
@@ -23,6 +24,7 @@ from agent.clock import ClockConverter
 from agent.events import decode
 from agent.export import Encoded, ExportConfig, Exporter, encode_batch
 from agent.identity import ProcessInfo, read_process, thread_group, thread_name
+from agent.journal import JOURNAL_NAME, CommJournal
 from agent.nvml import Nvml, gpu_for, open_nvml
 from agent.settings import Settings
 from agent.spool import Spool
@@ -57,6 +59,8 @@ class Agent:
             thread_group=lambda tid: thread_group(s.proc_root, tid),
             throttled=self._throttled,
             gpu_resource=self._gpu_resource,
+            journal=CommJournal(Path(s.spool_dir) / JOURNAL_NAME,
+                                alive=lambda pid: os.path.exists(f"{s.proc_root}/{pid}")),
         )
         # The environment's attributes go on every resource, except those naming the agent's own pod:
         # they go only on the agent's own points (a traced process carries its own pod, if any).
