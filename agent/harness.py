@@ -37,6 +37,7 @@ class AgentProcess:
     proc: subprocess.Popen[bytes]
     log_path: Path
     ready_file: Path
+    signalled: bool = False
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         end = time.monotonic() + timeout_s
@@ -48,9 +49,10 @@ class AgentProcess:
             time.sleep(0.05)
 
     def stop(self, timeout_s: float = 30.0) -> int:
-        """SIGTERM (flush to Echo or the spool), then wait; returns the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        """SIGTERM (flush to Echo or the spool), then wait; returns the exit code. Signals once: a
+        second SIGTERM that lands while Python is finalizing (handlers reset) kills the agent (-15)."""
+        if self.proc.poll() is None and not self.signalled:
+            self.signal_stop()
         try:
             return self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -61,6 +63,7 @@ class AgentProcess:
     def signal_stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
+            self.signalled = True
 
     def kill(self, wait: bool = True) -> None:
         """SIGKILL. The process lingers ~0.1 s per uprobe while the kernel detaches them."""

@@ -174,14 +174,17 @@ class Tracker:
             # Created before the agent attached: sequence counted from now; id, rank and size from the
             # journal when an earlier agent saw the creation (a restart), else guessed from the environment.
             known = self.journal.lookup(proc.key, handle) if self.journal is not None else None
+            env = proc.info.env
+            guess = unaligned_comm_id(env.job_key, env.world_size, proc.unknown_comms)
+            proc.unknown_comms += 1
             if known is not None:
+                # The id is exact, the seq is not: chain ids keep the guessed id, so raw joins on
+                # causal_chain_id never pair this rank's calls with other instances (the analysis
+                # realigns by comm id and timing instead).
                 comm = Comm(known.comm_id, known.rank, known.nranks, aligned=False, parent_id=known.parent_id,
-                            splits=known.splits, id_restored=True)  # fmt: skip
+                            splits=known.splits, id_restored=True, chain_comm=guess)  # fmt: skip
             else:
-                env = proc.info.env
-                comm = Comm(unaligned_comm_id(env.job_key, env.world_size, proc.unknown_comms),
-                            env.rank, env.world_size, aligned=False)  # fmt: skip
-                proc.unknown_comms += 1
+                comm = Comm(guess, env.rank, env.world_size, aligned=False)
             proc.comms[handle] = comm
             if proc.primary is None or (known is not None and known.primary):
                 proc.primary = comm
@@ -301,7 +304,7 @@ class Tracker:
             comm.p2p[pair] = n + 1
             attrs[c.PEER] = peer
             attrs[c.SEQ] = n
-            chain = c.causal_chain_id(f"{comm.comm_id}.{pair[0]}>{pair[1]}", n)
+            chain = c.causal_chain_id(f"{comm.chain_base}.{pair[0]}>{pair[1]}", n)
             primary = False
         else:
             if rec.fn in (FN.BROADCAST, FN.BCAST, FN.REDUCE):
@@ -309,7 +312,7 @@ class Tracker:
             if rec.fn in (FN.ALL_REDUCE, FN.REDUCE_SCATTER, FN.REDUCE) and op < len(REDUCE_OPS):
                 attrs[c.REDUCE_OP] = REDUCE_OPS[op]
             attrs[c.SEQ] = comm.seq
-            chain = c.causal_chain_id(comm.comm_id, comm.seq)
+            chain = c.causal_chain_id(comm.chain_base, comm.seq)
             primary = comm is proc.primary
             if primary and comm.seq == proc.step_seq:
                 self._launches(proc, rec.tid, rec.launches, rec.ts, chain)

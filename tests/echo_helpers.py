@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -91,3 +92,41 @@ def self_signed(tmp_path: Path) -> tuple[Path, Path]:
         )
     )
     return cert_path, key_path
+
+
+class RestartableEcho:
+    """Echo in this process on one fixed gRPC port and one store, stopped and started again like a
+    restarted pod, so producers reconnect to the same address (fault tests)."""
+
+    def __init__(self, db: Path) -> None:
+        from echo.settings import HostPort, Settings
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        self.settings = Settings(db_path=db, token=TEST_TOKEN, otlp_grpc=HostPort("127.0.0.1", port),
+                                 otlp_http=None, mcp_http=None)  # fmt: skip
+        self.echo: Any = None
+
+    @property
+    def address(self) -> str:
+        return str(self.settings.otlp_grpc)
+
+    def up(self) -> float:
+        """Start; returns the monotonic time Echo was listening again."""
+        from echo.app import Echo
+
+        self.echo = Echo(self.settings).start()
+        return time.monotonic()
+
+    def down(self) -> None:
+        if self.echo is not None:
+            self.echo.stop()
+            self.echo = None
+
+    def committed(self) -> int:
+        """Events this run of Echo committed (0 while down)."""
+        return int(self.echo.stats.snapshot().committed) if self.echo is not None else 0
+
+    def stored(self) -> int:
+        return int(self.echo.reader.query("SELECT count(*) FROM events").rows[0][0])

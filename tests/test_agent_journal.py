@@ -69,6 +69,8 @@ def test_a_restarted_agent_keeps_communicator_ids_ranks_and_sizes(tmp_path: Path
     world, child = after.collectives()
     assert world[c.COMM_ID] in old and child[c.COMM_ID] in old and world[c.COMM_ID] != child[c.COMM_ID]
     assert world[c.SEQ_ALIGNED] is False and child[c.SEQ_ALIGNED] is False
+    # seq counts from the attach, so chain ids stay apart from the exact ones: no false raw joins
+    assert not world[c.CAUSAL_CHAIN_ID].startswith(world[c.COMM_ID])
     assert old[child[c.COMM_ID]][c.SEQ_ALIGNED] is True
     assert after.t.resources[(PID, START)][c.RANK] == 3
     # a communicator split after the restart gets the id every other rank computes

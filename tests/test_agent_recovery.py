@@ -8,7 +8,6 @@ spool drained while running, and a shutdown that keeps retrying through its grac
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,52 +16,19 @@ from pathlib import Path
 import pytest
 
 from agent.export import Encoded, ExportConfig, Exporter, encode_batch
+from agent.harness import free_port
 from agent.spool import Spool
-from echo.app import Echo
-from echo.settings import HostPort, Settings
 from shared import contract as c
 from shared.otlp import Point
-from tests.echo_helpers import TEST_TOKEN
+from tests.echo_helpers import TEST_TOKEN, RestartableEcho
 
 OUTAGE_S = 8.0
 """Long enough for gRPC's default backoff to reach ~4 s between attempts."""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Echoes:
-    """Start and stop Echo on one port and one store, as a restarted pod would be."""
-
-    def __init__(self, db: Path) -> None:
-        self.settings = Settings(db_path=db, token=TEST_TOKEN, otlp_grpc=HostPort("127.0.0.1", free_port()),
-                                 otlp_http=None, mcp_http=None)  # fmt: skip
-        self.echo: Echo | None = None
-
-    @property
-    def address(self) -> str:
-        return str(self.settings.otlp_grpc)
-
-    def up(self) -> float:
-        self.echo = Echo(self.settings).start()
-        return time.monotonic()
-
-    def down(self) -> None:
-        if self.echo is not None:
-            self.echo.stop()
-            self.echo = None
-
-    def stored(self) -> int:
-        assert self.echo is not None
-        return int(self.echo.reader.query("SELECT count(*) FROM events").rows[0][0])
-
-
 @pytest.fixture
-def echoes(tmp_path: Path) -> Iterator[Echoes]:
-    e = Echoes(tmp_path / "echo.db")
+def echo(tmp_path: Path) -> Iterator[RestartableEcho]:
+    e = RestartableEcho(tmp_path / "echo.db")
     yield e
     e.down()
 
@@ -82,50 +48,50 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float) -> float:
 
 
 def test_first_send_within_a_second_of_echos_return_and_the_spool_drains(
-    echoes: Echoes, tmp_path: Path
+    echo: RestartableEcho, tmp_path: Path
 ) -> None:
-    echoes.up()
+    echo.up()
     spool = Spool(tmp_path / "spool")
-    exporter = Exporter(ExportConfig(echoes.address, TEST_TOKEN, timeout_s=2.0), spool)
+    exporter = Exporter(ExportConfig(echo.address, TEST_TOKEN, timeout_s=2.0), spool)
     exporter.start()
     try:
         exporter.submit(batch(0))
         wait_for(lambda: exporter.sent_points == 10, 10)
-        echoes.down()
+        echo.down()
         sent, end = 10, time.monotonic() + OUTAGE_S
         while time.monotonic() < end:  # the job keeps producing during the outage
             exporter.submit(batch(sent))
             sent += 10
             time.sleep(0.2)
         assert spool.points > 0 and exporter.sent_points == 10
-        back = echoes.up()
+        back = echo.up()
         first = wait_for(lambda: exporter.sent_points > 10, 10)
         drained = wait_for(lambda: exporter.sent_points == sent and len(spool) == 0, 20)
         print(
             f"first send {first - back:.2f} s after Echo's return, spool drained after {drained - back:.2f} s"
         )
         assert first - back < 1.5, f"first send {first - back:.2f} s after Echo was back"
-        assert echoes.stored() == sent
+        assert echo.stored() == sent
     finally:
         exporter.close(1)
         spool.close()
 
 
-def test_shutdown_keeps_retrying_through_its_grace_period(echoes: Echoes, tmp_path: Path) -> None:
+def test_shutdown_keeps_retrying_through_its_grace_period(echo: RestartableEcho, tmp_path: Path) -> None:
     spool = Spool(tmp_path / "spool")
-    exporter = Exporter(ExportConfig(echoes.address, TEST_TOKEN, timeout_s=1.0), spool)
+    exporter = Exporter(ExportConfig(echo.address, TEST_TOKEN, timeout_s=1.0), spool)
     exporter.start()
     for i in range(20):  # Echo is not there: everything goes to the spool
         exporter.submit(batch(i * 10))
     wait_for(lambda: spool.points == 200, 10)
-    threading.Timer(2.0, echoes.up).start()  # Echo comes back 2 s into the agent's shutdown
+    threading.Timer(2.0, echo.up).start()  # Echo comes back 2 s into the agent's shutdown
     started = time.monotonic()
     exporter.close(8.0)
     took = time.monotonic() - started
-    wait_for(lambda: echoes.echo is not None, 5)
+    wait_for(lambda: echo.echo is not None, 5)
     print(f"shutdown sent the spool in {took:.2f} s; {spool.points} points stranded")
     assert spool.points == 0 and len(spool) == 0, "points left for the next run"
-    assert exporter.sent_points == 200 and echoes.stored() == 200
+    assert exporter.sent_points == 200 and echo.stored() == 200
     assert took < 5.0
     spool.close()
 
@@ -168,19 +134,17 @@ def test_summary_lists_nodes_whose_spool_still_holds_points(tmp_path: Path) -> N
         pts = []
         for i, (n, age) in enumerate(points):
             pts += [Point(c.M_AGENT_SPOOL_POINTS, t0 + i, n), Point(c.M_AGENT_SPOOL_AGE, t0 + i, age)]
-        grpc_export(
-            echoes.address, metrics_request({c.CLUSTER_NAME: "c", c.NODE_NAME: node}, pts), TEST_TOKEN
-        )
+        grpc_export(echo.address, metrics_request({c.CLUSTER_NAME: "c", c.NODE_NAME: node}, pts), TEST_TOKEN)
 
-    echoes = Echoes(tmp_path / "echo.db")
-    echoes.up()
+    echo = RestartableEcho(tmp_path / "echo.db")
+    echo.up()
     try:
         report("drained", [(500, 12.0), (0, 0.0)])
         report("behind", [(100, 3.0), (31_000, 42.5)])
-        assert echoes.echo is not None
-        summary = Investigation(echoes.echo.reader, load_rates()).summary()
+        assert echo.echo is not None
+        summary = Investigation(echo.echo.reader, load_rates()).summary()
         assert [(s["node_id"], s["spooled_points"], s["oldest_age_s"]) for s in summary["spools"]] == [
             ("behind", 31_000, 42.5)
         ]
     finally:
-        echoes.down()
+        echo.down()
