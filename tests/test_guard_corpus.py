@@ -170,7 +170,9 @@ def test_sealed_read_only_instance_holds_without_the_guard(
 def test_a_long_query_is_interrupted(store: tuple[duckdb.DuckDBPyConnection, Path]) -> None:
     slow = Investigation(Reader(store[0]), load_rates(), Limits(timeout_s=0.3))
     with pytest.raises(InvestigationError, match=r"ran past 0\.3 s"):
-        slow.run_analysis("SELECT count(*) FROM range(10000000) a, range(10000000) b WHERE (a.range + b.range) % 7 = 3")
+        slow.run_analysis(
+            "SELECT count(*) FROM range(10000000) a, range(10000000) b WHERE (a.range + b.range) % 7 = 3"
+        )
     assert slow.run_analysis("SELECT count(*) AS n FROM events")["rows"] == [{"n": 4000}]
 
 

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -68,8 +70,11 @@ class _Process:
 
     def __init__(self, limits: SandboxLimits) -> None:
         env = dict(os.environ, MALLOC_ARENA_MAX="2", PYTHONDONTWRITEBYTECODE="1")
+        self.spill = tempfile.mkdtemp(prefix="rankecho-analysis-")
+        """DuckDB's temp_directory for this worker (removed when the worker goes)."""
+        command = [sys.executable, "-m", "echo.sandbox.worker", str(limits.memory_bytes), str(limits.threads)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "echo.sandbox.worker", str(limits.memory_bytes), str(limits.threads)],
+            [*command, self.spill],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -105,6 +110,7 @@ class _Process:
         for stream in (self.proc.stdin, self.proc.stdout):
             if stream is not None:
                 stream.close()
+        shutil.rmtree(self.spill, ignore_errors=True)
 
 
 class _Stopped(Exception):

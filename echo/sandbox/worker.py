@@ -1,6 +1,6 @@
 """The analysis worker: a child process that runs callers' SQL under hard OS limits.
 
-Started by :class:`echo.sandbox.pool.Sandbox` as ``python -m echo.sandbox.worker CAP_BYTES THREADS``. It
+Started by :class:`echo.sandbox.pool.Sandbox` as ``python -m echo.sandbox.worker CAP THREADS SPILL_DIR``. It
 opens an in-memory DuckDB, attaches the store file it is told to read as ``store`` (READ_ONLY, so a
 file name never appears in an error: the catalog is always ``store``), defines the analysis macros,
 then seals the instance (no files, URLs or extensions; settings locked). Once set up it caps its own
@@ -30,6 +30,9 @@ CHUNK_BYTES = 64 * 1024
 DUCKDB_SHARE = 0.6
 """DuckDB's own memory_limit, as a share of the cap: its buffers spill or fail cleanly before the OS
 limit is reached; the rest is headroom for what DuckDB does not account."""
+SPILL_FACTOR = 4
+"""Disk DuckDB may spill to, in multiples of the cap (a sort bigger than memory still finishes; a query
+cannot fill the disk)."""
 
 
 def _vm_size() -> int:
@@ -41,9 +44,10 @@ def _vm_size() -> int:
 
 
 class Worker:
-    def __init__(self, cap_bytes: int, threads: int) -> None:
+    def __init__(self, cap_bytes: int, threads: int, spill: str) -> None:
         self.cap_bytes = cap_bytes
         self.threads = threads
+        self.spill = spill
         self.db: str | None = None
         self.con: duckdb.DuckDBPyConnection | None = None
 
@@ -52,7 +56,12 @@ class Worker:
         if self.con is not None and self.db == db:
             return self.con
         self.close()
-        con = duckdb.connect(":memory:", config={"threads": self.threads})
+        config: dict[str, str | bool | int | float | list[str]] = {
+            "threads": self.threads,
+            "temp_directory": self.spill,  # private, removed by the parent; never the working directory
+            "max_temp_directory_size": f"{SPILL_FACTOR * self.cap_bytes // (1 << 20)}MiB",
+        }
+        con = duckdb.connect(":memory:", config=config)
         con.execute("ATTACH ? AS store (READ_ONLY)", [db])
         con.execute("USE store")
         for statement in ANALYSIS_PRELUDE:
@@ -125,9 +134,9 @@ def _stream(cur: duckdb.DuckDBPyConnection, request: dict[str, Any], out: Binary
 
 
 def main(argv: list[str]) -> int:
-    cap_bytes, threads = int(argv[0]), int(argv[1])
-    worker = Worker(cap_bytes, threads)
-    warm = duckdb.connect(":memory:", config={"threads": threads})
+    cap_bytes, threads, spill = int(argv[0]), int(argv[1]), argv[2]
+    worker = Worker(cap_bytes, threads, spill)
+    warm = duckdb.connect(":memory:", config={"threads": threads, "temp_directory": spill})
     warm.execute("SELECT sum(range) FROM range(100000)").fetchall()  # start DuckDB's threads now
     warm.close()
     limit = _vm_size() + cap_bytes

@@ -1,0 +1,147 @@
+"""The analysis sandbox (echo/sandbox): callers' SQL in worker processes with hard limits.
+
+Real worker processes and a real store: a query that grows past the memory cap is stopped and its worker
+replaced, one that runs past the deadline is stopped, the row and byte caps cut the stream in the
+worker, errors never name the store's file, queries beyond the worker count wait, and on a running Echo
+the workers read a snapshot that follows ingest.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import local_settings
+from echo_helpers import TEST_TOKEN, grpc_export, node_request
+from guard_corpus.corpus import build_store
+
+from echo.app import Echo
+from echo.guard import Refused
+from echo.sandbox import Sandbox, SandboxLimits
+from echo.store.reader import QueryResourceError, QueryTimeoutError
+
+CAP = 384 << 20
+
+
+def let_through(sql: str) -> str:
+    return sql
+
+
+def own_rss() -> int:
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * 4096
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sandbox") / "secretname.db"
+    build_store(path).close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def sandbox(store: Path) -> Iterator[Sandbox]:
+    box = Sandbox(lambda: store, SandboxLimits(memory_bytes=CAP, workers=2, margin_s=1.0), timeout_s=5)
+    yield box
+    box.close()
+
+
+def test_a_query_past_the_memory_cap_is_stopped_and_the_worker_replaced(sandbox: Sandbox) -> None:
+    before = own_rss()
+    started = time.monotonic()
+    with pytest.raises(QueryResourceError, match=r"more than 384 MiB and was stopped"):
+        sandbox.query("SELECT range(1000000) FROM range(1024)")  # ~8 GB of lists if it ran
+    assert time.monotonic() - started < 5
+    assert own_rss() - before < 64 << 20  # this process never held the query's memory
+    assert sandbox.query("SELECT count(*) FROM events").rows == [(4000,)]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT len(range((SELECT 1000000000)))",
+        "SELECT repeat('x', (SELECT 1000000000))",
+        "SELECT max(length(repeat(event_id, (SELECT 20000000)))) FROM events",
+        "SELECT len(string_split(repeat('a,', (SELECT 50000000)), ','))",
+    ],
+)
+def test_sizes_hidden_from_the_guard_hit_the_cap(sandbox: Sandbox, sql: str) -> None:
+    with pytest.raises(QueryResourceError):
+        sandbox.query(sql)
+
+
+def test_the_guard_refuses_constant_sizes_before_any_worker_runs(sandbox: Sandbox) -> None:
+    kills = sandbox.kills
+    with pytest.raises(Refused, match=r"range\(\) would produce 1,000,000,000 values"):
+        sandbox.query("SELECT len(range(1000000000))")
+    with pytest.raises(Refused, match=r"repeat\(\) asks for 20,000,000 repetitions"):
+        sandbox.query("SELECT max(length(repeat(event_id, 20000000))) FROM events")
+    assert sandbox.kills == kills
+
+
+def test_a_query_past_the_deadline_is_stopped(sandbox: Sandbox) -> None:
+    slow = "SELECT count(*) FROM range(10000000) a, range(10000000) b WHERE (a.range + b.range) % 7 = 3"
+    started = time.monotonic()
+    with pytest.raises(QueryTimeoutError, match=r"ran past 0\.5 s"):
+        sandbox.query(slow, timeout_s=0.5)
+    assert time.monotonic() - started < 0.5 + sandbox.limits.margin_s + 0.5
+    assert sandbox.query("SELECT 1 AS one").rows == [(1,)]
+
+
+def test_caps_cut_the_stream_in_the_worker(sandbox: Sandbox) -> None:
+    by_rows = sandbox.query("SELECT event_id FROM events ORDER BY event_id", max_rows=10)
+    assert len(by_rows.rows) == 10 and by_rows.truncated_by == "max_rows"
+    assert by_rows.rows[0] == ("ev-000000",)
+    by_bytes = sandbox.query("SELECT * FROM events ORDER BY event_id", max_bytes=20_000)
+    assert 0 < len(by_bytes.rows) < 4000 and by_bytes.truncated_by == "max_bytes"
+    whole = sandbox.query("SELECT node_id, count(*) AS n FROM events GROUP BY 1 ORDER BY 1")
+    assert whole.rows == [("node-a", 2000), ("node-b", 2000)] and not whole.truncated
+    assert whole.columns == ["node_id", "n"]
+
+
+def test_errors_name_no_file(sandbox: Sandbox, store: Path) -> None:
+    with pytest.raises(Exception) as error:
+        sandbox.query("SELECT nope.main.events.node_id FROM events", params=None)
+    assert "secretname" not in str(error.value) and str(store.parent) not in str(error.value)
+    assert "store.main.events" in str(error.value)  # the catalog is always called 'store'
+
+
+def test_more_queries_than_workers_wait_their_turn(store: Path) -> None:
+    box = Sandbox(lambda: store, SandboxLimits(memory_bytes=CAP, workers=1, margin_s=0.5), timeout_s=5)
+    slow = "SELECT count(*) FROM range(10000000) a, range(10000000) b WHERE (a.range + b.range) % 7 = 3"
+    errors: list[BaseException] = []
+
+    def hold() -> None:
+        try:
+            box.query(slow, timeout_s=2.0)
+        except BaseException as exc:
+            errors.append(exc)
+
+    try:
+        box.query("SELECT 1")  # the worker is started
+        holder = threading.Thread(target=hold)
+        holder.start()
+        time.sleep(0.3)
+        with pytest.raises(QueryTimeoutError, match="analysis workers stayed busy"):
+            box.query("SELECT 1", timeout_s=0.5)
+        holder.join(10)
+        assert len(errors) == 1 and isinstance(errors[0], QueryTimeoutError)
+        assert box.query("SELECT 2 AS two").rows == [(2,)]
+    finally:
+        box.close()
+
+
+def test_echo_workers_read_a_snapshot_that_follows_ingest(tmp_path: Path) -> None:
+    with Echo(local_settings(tmp_path / "echo.db", analysis_memory_limit="256MB")) as echo:
+        assert echo.analysis.query("SELECT count(*) FROM events").rows == [(0,)]
+        grpc_export(echo.grpc_address or "", node_request("node-a", 50), TEST_TOKEN)
+        assert echo.analysis.query("SELECT count(*) FROM events").rows == [(50,)]
+        grpc_export(echo.grpc_address or "", node_request("node-b", 25), TEST_TOKEN)
+        rows = echo.analysis.query("SELECT node_id, count(*) FROM events GROUP BY 1 ORDER BY 1").rows
+        assert rows == [("node-a", 50), ("node-b", 25)]
+        copies = list((tmp_path / "echo.db.analysis").glob("snapshot-*.db"))
+        assert 1 <= len(copies) <= 2  # older snapshots are deleted
+    assert not (tmp_path / "echo.db.analysis").exists()
