@@ -96,6 +96,20 @@ def test_query_cli_on_a_stopped_store(filled: Echo) -> None:
         [*cmd, "--memory-limit", "4", "SELECT 1"], capture_output=True, text=True, timeout=60
     )
     assert bad.returncode == 1 and "--memory-limit '4'" in bad.stderr and "Traceback" not in bad.stderr
+    # errors are masked as MCP masks them: the store is 'store', never its file name or folder
+    named = subprocess.run(
+        [*cmd, "SELECT nope.main.events.node_id FROM events"], capture_output=True, text=True, timeout=60
+    )
+    assert named.returncode == 1 and 'Candidate tables: "store.main.events"' in named.stderr
+    assert f'"{Path(db).stem}.' not in named.stderr and Path(db).name not in named.stderr
+    assert str(Path(db).parent) not in named.stderr
+    hog = subprocess.run(
+        [*cmd, "--memory-limit", "256MB", "SELECT range(1000000) FROM range(1024)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert hog.returncode == 1 and "and was stopped" in hog.stderr and "Traceback" not in hog.stderr
 
 
 def let_through(sql: str) -> str:
