@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import pytest
 from conftest import local_settings
 from echo_helpers import TEST_TOKEN, grpc_export, node_request
@@ -22,8 +23,11 @@ from echo.app import Echo
 from echo.guard import Refused
 from echo.sandbox import Sandbox, SandboxLimits
 from echo.store.reader import QueryResourceError, QueryTimeoutError
+from echo.store.snapshot import Snapshots
 
 CAP = 384 << 20
+SLOW = "SELECT sum(hash(a.range * b.range)) FROM range(100000) a, range(100000) b"
+"""Ten billion pairs in little memory: stopped by time, never by the memory cap."""
 
 
 def let_through(sql: str) -> str:
@@ -83,7 +87,7 @@ def test_the_guard_refuses_constant_sizes_before_any_worker_runs(sandbox: Sandbo
 
 
 def test_a_query_past_the_deadline_is_stopped(sandbox: Sandbox) -> None:
-    slow = "SELECT count(*) FROM range(10000000) a, range(10000000) b WHERE (a.range + b.range) % 7 = 3"
+    slow = SLOW
     started = time.monotonic()
     with pytest.raises(QueryTimeoutError, match=r"ran past 0\.5 s"):
         sandbox.query(slow, timeout_s=0.5)
@@ -111,7 +115,7 @@ def test_errors_name_no_file(sandbox: Sandbox, store: Path) -> None:
 
 def test_more_queries_than_workers_wait_their_turn(store: Path) -> None:
     box = Sandbox(lambda: store, SandboxLimits(memory_bytes=CAP, workers=1, margin_s=0.5), timeout_s=5)
-    slow = "SELECT count(*) FROM range(10000000) a, range(10000000) b WHERE (a.range + b.range) % 7 = 3"
+    slow = SLOW
     errors: list[BaseException] = []
 
     def hold() -> None:
@@ -145,3 +149,37 @@ def test_echo_workers_read_a_snapshot_that_follows_ingest(tmp_path: Path) -> Non
         copies = list((tmp_path / "echo.db.analysis").glob("snapshot-*.db"))
         assert 1 <= len(copies) <= 2  # older snapshots are deleted
     assert not (tmp_path / "echo.db.analysis").exists()
+
+
+@pytest.mark.parametrize("held_copy_bytes", [0, 1 << 40], ids=["copy-while-committing", "copy-held"])
+def test_snapshots_are_consistent_while_ingest_commits(tmp_path: Path, held_copy_bytes: int) -> None:
+    """Copies taken while a producer keeps committing open cleanly and hold whole commits only."""
+    with Echo(local_settings(tmp_path / "echo.db")) as echo:
+        address = echo.grpc_address or ""
+        grpc_export(address, node_request("seed", 500), TEST_TOKEN)
+        snapshots = Snapshots(echo.settings.db_path, echo.writer.hold, tmp_path / "snaps", 0.0, 10.0,
+                              held_copy_bytes)  # fmt: skip
+        stop = threading.Event()
+
+        def produce() -> None:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                grpc_export(address, node_request(f"n{n % 4}", 20), TEST_TOKEN)
+
+        producer = threading.Thread(target=produce)
+        producer.start()
+        counts = []
+        try:
+            for _ in range(8):
+                time.sleep(0.1)
+                path = snapshots.current()
+                with duckdb.connect(":memory:") as con:
+                    con.execute("ATTACH ? AS s (READ_ONLY)", [str(path)])
+                    counts.append(con.execute("SELECT count(*) FROM s.events").fetchall()[0][0])
+        finally:
+            stop.set()
+            producer.join(30)
+        assert all(c >= 500 and (c - 500) % 20 == 0 for c in counts), counts  # whole exports only
+        assert counts == sorted(counts) and counts[-1] > counts[0]
+        assert snapshots.copies >= 2 and len(list((tmp_path / "snaps").glob("*.db"))) <= 2
