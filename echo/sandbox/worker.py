@@ -16,6 +16,7 @@ Each request runs in a READ ONLY transaction with an interrupt timer; rows go ba
 from __future__ import annotations
 
 import resource
+import shutil
 import sys
 import threading
 from typing import Any, BinaryIO
@@ -143,12 +144,15 @@ def main(argv: list[str]) -> int:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     write_frame(stdout, {"ready": True, "address_space_limit": limit})
-    while True:
-        try:
-            request = read_frame(stdin, 1 << 20)
-        except EOFError:
-            return 0
-        worker.run(request, stdout)
+    try:
+        while True:
+            try:
+                request = read_frame(stdin, 1 << 20)
+            except EOFError:
+                return 0
+            worker.run(request, stdout)
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)  # the parent removes it too, if it outlives this process
 
 
 if __name__ == "__main__":
