@@ -237,11 +237,12 @@ class Sandbox:
         byte_cap = self.max_bytes if max_bytes is None else max_bytes
         started = time.monotonic()
         deadline = started + timeout + self.limits.margin_s
+        db = str(self.source())  # may wait (briefly) for a fresh snapshot of the live store
         proc = self._take(started + timeout)
         reusable = False
         try:
             request = {
-                "db": str(self.source()),
+                "db": db,
                 "sql": statement,
                 "params": params,
                 "timeout_s": max(0.001, timeout - (time.monotonic() - started)),
