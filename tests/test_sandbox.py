@@ -183,3 +183,33 @@ def test_snapshots_are_consistent_while_ingest_commits(tmp_path: Path, held_copy
         assert all(c >= 500 and (c - 500) % 20 == 0 for c in counts), counts  # whole exports only
         assert counts == sorted(counts) and counts[-1] > counts[0]
         assert snapshots.copies >= 2 and len(list((tmp_path / "snaps").glob("*.db"))) <= 2
+
+
+def test_every_value_type_comes_back_as_duckdb_returns_it(sandbox: Sandbox, store: Path) -> None:
+    columns = [
+        "TIMESTAMPTZ '2026-01-01 10:00:00+02' AS tz",
+        "TIMESTAMP '2026-01-01' AS ts",
+        "DATE '2026-01-01' AS d",
+        "TIME '10:00' AS t",
+        "TIMETZ '10:00:00+01' AS ttz",
+        "INTERVAL 3 DAY AS iv",
+        "1.5::DECIMAL(10,2) AS dec",
+        "'ab'::BLOB AS b",
+        "[1, 2] AS l",
+        "{'a': [TIMESTAMPTZ '2026-01-01 00:00:00+00']} AS s",
+        "MAP {'k': 1} AS m",
+        "170141183460469231731687303715884105727::HUGEINT AS h",
+        "'101'::BIT AS bit",
+        "'{\"x\": 1}'::JSON AS j",
+        "'a'::ENUM('a', 'b') AS e",
+        "[1, 2]::INTEGER[2] AS arr",
+        "union_value(k := 1) AS un",
+        "'inf'::DOUBLE AS inf",
+        "NULL AS n",
+        "12345678901234567890::UBIGINT AS ub",
+        "'00000000-0000-0000-0000-000000000001'::UUID AS u",
+    ]
+    sql = "SELECT " + ", ".join(columns)
+    with duckdb.connect(str(store), read_only=True) as con:
+        want = con.execute(sql).fetchall()
+    assert sandbox.query(sql).rows == want

@@ -279,9 +279,12 @@ class Sandbox:
                     return result, True
                 else:
                     return self._error(message, timeout)
-        except (_Stopped, FrameError, BrokenPipeError) as stop:
+        except FrameError as exc:
             self.kills += 1
-            why = stop.why if isinstance(stop, _Stopped) else "protocol"
+            return QueryError(f"query failed: a value in the result cannot be returned ({exc})"), False
+        except (_Stopped, BrokenPipeError) as stop:
+            self.kills += 1
+            why = stop.why if isinstance(stop, _Stopped) else "died"
             if why == "deadline":
                 return QueryTimeoutError(_timeout_text(timeout)), False
             return QueryResourceError(self._memory_text()), False

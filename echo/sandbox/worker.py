@@ -15,6 +15,7 @@ Each request runs in a READ ONLY transaction with an interrupt timer; rows go ba
 
 from __future__ import annotations
 
+import datetime as dt
 import resource
 import shutil
 import sys
@@ -106,6 +107,23 @@ class Worker:
                 self.close()
 
 
+def plain(value: Any) -> Any:
+    """``value`` with time zones as fixed offsets (zoneinfo's pickle is not on the parent's allowlist),
+    inside lists, tuples and dicts too; everything else as DuckDB returned it."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, dt.datetime | dt.time) and value.tzinfo is not None:
+        offset = value.utcoffset()
+        if not isinstance(value.tzinfo, dt.timezone) and offset is not None:
+            return value.replace(tzinfo=dt.timezone(offset))
+        return value
+    if isinstance(value, list | tuple):
+        return type(value)(plain(v) for v in value)
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    return value
+
+
 def _stream(cur: duckdb.DuckDBPyConnection, request: dict[str, Any], out: BinaryIO) -> str | None:
     """Send rows in ~64 KiB frames; stop at the caps. Returns which cap cut the result, if any."""
     rows_left, bytes_left = int(request["max_rows"]), int(request["max_bytes"])
@@ -124,7 +142,7 @@ def _stream(cur: duckdb.DuckDBPyConnection, request: dict[str, Any], out: Binary
             if rows_left <= 0:
                 cut = "max_rows"
                 break
-            chunk.append(row)
+            chunk.append(tuple(plain(v) for v in row))
             rows_left, bytes_left, chunk_bytes = rows_left - 1, bytes_left - size, chunk_bytes + size
             if chunk_bytes >= CHUNK_BYTES:
                 write_frame(out, {"rows": chunk})
