@@ -22,7 +22,7 @@ from guard_corpus.corpus import build_store
 from echo.app import Echo
 from echo.guard import Refused
 from echo.sandbox import Sandbox, SandboxLimits
-from echo.store.reader import QueryResourceError, QueryTimeoutError
+from echo.store.reader import QueryBusyError, QueryResourceError, QueryTimeoutError
 from echo.store.snapshot import Snapshots
 
 CAP = 384 << 20
@@ -129,7 +129,7 @@ def test_more_queries_than_workers_wait_their_turn(store: Path) -> None:
         holder = threading.Thread(target=hold)
         holder.start()
         time.sleep(0.3)
-        with pytest.raises(QueryTimeoutError, match="analysis workers stayed busy"):
+        with pytest.raises(QueryBusyError, match="analysis workers stayed busy"):
             box.query("SELECT 1", timeout_s=0.5)
         holder.join(10)
         assert len(errors) == 1 and isinstance(errors[0], QueryTimeoutError)

@@ -42,6 +42,7 @@ from echo.store.reader import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ROWS,
     DEFAULT_TIMEOUT_S,
+    QueryBusyError,
     QueryError,
     QueryResourceError,
     QueryResult,
@@ -146,7 +147,7 @@ class Sandbox:
     # -- workers ----------------------------------------------------------------------------------
     def _take(self, deadline: float) -> _Process:
         if not self._slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            raise QueryTimeoutError(
+            raise QueryBusyError(
                 f"all {self.limits.workers} analysis workers stayed busy past the timeout: try again, "
                 "or run fewer queries at once"
             )
@@ -230,7 +231,8 @@ class Sandbox:
         max_rows: int | None = None,
         max_bytes: int | None = None,
     ) -> QueryResult:
-        """Run ``sql`` in a worker; raises Refused, QueryTimeoutError, QueryResourceError or QueryError."""
+        """Run ``sql`` in a worker; raises Refused, QueryTimeoutError or QueryError (QueryResourceError:
+        stopped at the memory cap; QueryBusyError: no worker became free within the timeout)."""
         statement = self.check(sql)
         timeout = self.timeout_s if timeout_s is None else timeout_s
         row_cap = self.max_rows if max_rows is None else max_rows

@@ -45,6 +45,10 @@ class QueryError(ValueError):
     """DuckDB refused or failed the query; the message is DuckDB's, prefixed with what to check."""
 
 
+class QueryBusyError(QueryError):
+    """Every analysis worker stayed busy for the whole timeout; the query did not start."""
+
+
 class QueryResourceError(QueryError):
     """The query needed more memory than its worker may use (see :mod:`echo.sandbox`); it was stopped."""
 
