@@ -125,7 +125,8 @@ class OffCpuRecord:
     sleeping: bool
     call: FN
     preempted_by: int = 0
-    """Preempted: the thread (tid) that took the CPU; 0 when the thread blocked."""
+    """Who held the CPU (tid): for a preempted thread the one that took it, for a woken one the one it
+    waited behind in the run queue (0: the CPU was idle, or the thread is still blocked)."""
 
 
 @dataclass(frozen=True, slots=True)

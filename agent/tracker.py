@@ -368,8 +368,8 @@ class Tracker:
             attrs[c.RUNQ_MS] = max(0, rec.ts_in - rec.ts_wake) / 1e6
         if not rec.sleeping:
             proc.preempted_ns += rec.ts_in - rec.ts_out
-            if rec.preempted_by:
-                attrs[c.PREEMPTED_BY] = self._preemptor(rec.preempted_by)
+        if rec.preempted_by:  # preempted: who took the CPU; woken: who it waited behind in the run queue
+            attrs[c.PREEMPTED_BY] = self._preemptor(rec.preempted_by)
         self._emit(proc, c.M_OFFCPU, rec.ts_out, (rec.ts_in - rec.ts_out) / 1e6, attrs, rec.tid)
 
     def _preemptor(self, tid: int) -> str:

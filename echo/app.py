@@ -5,7 +5,8 @@
     with Echo(Settings(db_path=tmp / "echo.db", token="t", otlp_grpc=HostPort("127.0.0.1", 0),
                        otlp_http=HostPort("127.0.0.1", 0), mcp_http=None)) as echo:
         echo.grpc_address, echo.http_address      # "127.0.0.1:PORT"
-        echo.reader.query("SELECT count(*) FROM events").rows
+        echo.reader.query("SELECT count(*) FROM events").rows     # project SQL, in this process
+        echo.analysis.query("SELECT count(*) FROM events").rows   # callers' SQL, in a worker process
 
 Other front ends (the MCP server) plug in as a :class:`Service` added before :meth:`Echo.start`; the
 address a service returns is reported in the listening line under the service's name.
@@ -31,10 +32,12 @@ from echo.ingest.auth import TokenCheck
 from echo.ingest.grpc_server import start_grpc
 from echo.ingest.http_server import OpsRoute, start_http
 from echo.ingest.service import Ingest
-from echo.settings import HostPort, Settings
+from echo.sandbox import Sandbox, SandboxLimits
+from echo.settings import HostPort, Settings, memory_limit_bytes
 from echo.store.lock import StoreLock, StoreLockedError
 from echo.store.migrate import migrate
 from echo.store.reader import Reader
+from echo.store.snapshot import Snapshots
 from echo.store.writer import Writer
 
 log = logging.getLogger(__name__)
@@ -98,6 +101,8 @@ class _Running:
     grpc_server: grpc.Server | None = None
     http_server: AsgiServer | None = None
     started_services: list[Service] = field(default_factory=list)
+    snapshots: Snapshots | None = None
+    analysis: Sandbox | None = None
 
 
 class Echo:
@@ -112,6 +117,9 @@ class Echo:
         self._run: _Running | None = None
         self._stopping = threading.Event()
         self.reader: Reader
+        """Project SQL (the tools' named queries) on the store's own instance."""
+        self.analysis: Sandbox
+        """Callers' SQL (``run_analysis``): worker processes reading a snapshot, see :mod:`echo.sandbox`."""
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> Echo:
@@ -126,6 +134,9 @@ class Echo:
             self.stats.queue_rows = lambda: writer.queued_rows
             self._run = run = _Running(con, writer)
             self.reader = Reader(con)
+            run.snapshots = Snapshots(self._lock.real_path, writer.hold)
+            limits = SandboxLimits(memory_limit_bytes(s.analysis_memory_limit, ""), s.analysis_workers)
+            run.analysis = self.analysis = Sandbox(run.snapshots.current, limits)
             writer.start()
             self._start_listeners(run)
         except BaseException:
@@ -164,7 +175,11 @@ class Echo:
                 run.grpc_server.stop(grace_s).wait()
             if run.http_server is not None:
                 run.http_server.stop()  # in-flight requests finish: the writer still commits
+            if run.analysis is not None:
+                run.analysis.close()
             run.writer.stop()
+            if run.snapshots is not None:
+                run.snapshots.remove_all()
             try:
                 if run.writer.condition.reason is None and run.writer.failed is None:
                     run.writer.checkpoint()  # skipped without room: the WAL replays at the next start

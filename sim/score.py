@@ -4,7 +4,8 @@ An episode is a rank late at a step. Positives are the (step, rank) pairs where 
 the scenario's threshold late (host or GPU side) *and* a fault was injected there. Lateness the truth
 cannot attribute, or that sits near the threshold (from half of it up), is neutral: naming it is
 neither rewarded nor penalised, since a rank really late from scheduling noise was late, and one
-measured at 19.8 ms against a 20 ms threshold should not flip a score. Every other (step, rank) named
+measured at 19.8 ms against a 20 ms threshold should not flip a score; so is a (step, rank) a fault
+fired on whose effect fell short of the threshold. Every other (step, rank) named
 is a false positive. A diagnosis names episodes by time (``find_stragglers``: ``timestamp_ns`` on its
 reference node's clock), so this module maps each one to the step of the truth whose call time of that
 rank is nearest, after undoing the reference node's true clock offset. Usage::
@@ -107,9 +108,7 @@ def score(truth: dict[str, Any], predictions: Iterable[Prediction]) -> Score:
     named = {(step, rank): cause for step, rank, cause in predictions}
     tp = [key for key in named if key in positives]
     fp = [
-        key
-        for key in named
-        if key not in positives and late.get(key, (0.0, None))[0] < NEUTRAL_FROM * threshold
+        key for key in named if key not in positives and not _neutral(late.get(key, (0.0, None)), threshold)
     ]
     with_cause = [key for key in tp if named[key] is not None]
     return Score(
@@ -119,6 +118,13 @@ def score(truth: dict[str, Any], predictions: Iterable[Prediction]) -> Score:
         causes_named=len(with_cause),
         causes_right=sum(named[key] == positives[key] for key in with_cause),
     )
+
+
+def _neutral(late: tuple[float, str | None], threshold: float) -> bool:
+    """Naming this (step, rank) is neither right nor wrong: it was late from half the threshold up, or a
+    fault fired on it at that step (its effect fell short of the threshold, yet it was there)."""
+    late_ms, cause = late
+    return late_ms >= NEUTRAL_FROM * threshold or cause is not None
 
 
 def _reference_offset_ns(truth: dict[str, Any], diagnosis: dict[str, Any]) -> int:
@@ -155,15 +161,19 @@ def predictions_from(truth: dict[str, Any], diagnosis: dict[str, Any]) -> list[P
 
 
 def periods(truth: dict[str, Any], diagnosis: dict[str, Any]) -> list[tuple[str, int, int | None]]:
-    """For every injected fault: (who, its period, the period the diagnosis reports for that rank or
-    node; None when it reports none)."""
+    """For every injected fault big enough to make episodes of the scenario's threshold (ms + jitter at
+    least the threshold): (who, its period, the period the diagnosis reports for that rank or node;
+    None when it reports none)."""
     found: dict[tuple[str, Any], int | None] = {}
     for s in diagnosis["stragglers"]:
         if s["cluster_id"] == truth["cluster_id"]:
             key = ("node", s["node_id"]) if s["kind"] == "node" else ("rank", s["rank"])
             found[key] = (s["period"] or {}).get("steps")
     out = []
+    threshold = truth.get("straggler_threshold_ms", 0.0)
     for f in truth["faults"]:
+        if float(f.get("ms", threshold)) + float(f.get("jitter", 0.0)) < threshold:
+            continue  # it can never make an episode the scenario counts: no period to expect
         key = ("node", f["node"]) if f.get("node") else ("rank", f["rank"])
         who = f"node {f['node']}" if f.get("node") else f"rank {f['rank']}"
         out.append((who, int(f["every"]), found.get(key)))

@@ -170,9 +170,11 @@ def test_a_preempted_interval_says_whether_a_traced_process_took_the_cpu() -> No
     for by in (201, 301, 999, 4242, 0):
         t.handle(OffCpuRecord(100, 100, 10 * MS, 12 * MS, 0, False, FN.NONE, by))
     t.handle(OffCpuRecord(100, 100, 20 * MS, 22 * MS, 21 * MS, True, FN.NONE, 0))
+    t.handle(OffCpuRecord(100, 100, 30 * MS, 33 * MS, 31 * MS, True, FN.NONE, 999))  # woken, behind 999
     offs = [p.attributes for p in points if p.metric_name == c.M_OFFCPU]
-    assert [o.get(c.PREEMPTED_BY) for o in offs] == ["job", "other", "other", "other", None, None]
-    assert [o[c.OFFCPU_STATE] for o in offs] == ["preempted"] * 5 + ["sleeping"]
+    assert [o.get(c.PREEMPTED_BY) for o in offs] == ["job", "other", "other", "other", None, None, "other"]
+    assert [o[c.OFFCPU_STATE] for o in offs] == ["preempted"] * 5 + ["sleeping"] * 2
+    assert offs[-1][c.RUNQ_MS] == pytest.approx(2.0)
 
 
 def test_event_ids_are_stable_and_distinct() -> None:

@@ -167,3 +167,30 @@ def test_migrating_a_v1_store_backfills_the_analysis_tables(tmp_path: Path) -> N
         assert staged == src.execute("SELECT * FROM collectives ORDER BY event_id").fetchall()
         assert intervals == src.execute("SELECT * FROM host_activity ORDER BY event_id").fetchall()
     assert len(staged) == 1 and len(intervals) == 3
+
+
+@pytest.mark.parametrize(
+    ("in_flight", "held_by", "expected"),
+    [
+        # woken, then kept off the CPU by another workload for 4 of its 10 ms: a sleep, then contention
+        ("", "other", [("x", "offcpu", 0, 6, "sleeping"), ("x/runq", "runq", 6, 10, "cpu_contention")]),
+        # the same inside a sync: the sync counts the time; the wait is kept for the GPU rule
+        ("cudaStreamSynchronize", "other", [("x", "offcpu", 0, 6, None), ("x/runq", "runq", 6, 10, None)]),
+        # behind another rank of the job: the node's ranks sharing cores, not split
+        ("", "job", [("x", "offcpu", 0, 10, "sleeping")]),
+    ],
+)
+def test_a_woken_threads_run_queue_wait_behind_another_workload_is_its_own_row(
+    echo_inproc: Echo, in_flight: str, held_by: str, expected: list[tuple[Any, ...]]
+) -> None:
+    attrs = {c.OFFCPU_STATE: "sleeping", c.CALL_IN_FLIGHT: in_flight, c.TID: 4244, c.EVENT_ID: "x",
+             c.RUNQ_MS: 4.0, c.PREEMPTED_BY: held_by}  # fmt: skip
+    grpc_export(
+        echo_inproc.grpc_address, metrics_request(RESOURCE, [Point(c.M_OFFCPU, T0, 10.0, attrs)]), TEST_TOKEN
+    )
+    got = rows(
+        echo_inproc,
+        f"SELECT event_id, kind, (start_ns - {T0}) // 1000000, (end_ns - {T0}) // 1000000, category "
+        "FROM host_activity ORDER BY event_id",
+    )
+    assert got == expected

@@ -150,3 +150,18 @@ def test_the_truth_measures_lateness_against_the_ranks_no_fault_struck() -> None
     # against the median of ranks 0 and 1 (0.5 ms), not of all four (which a late half would pull to 40 ms)
     assert lateness_ms == {0: -0.5, 1: 0.5, 2: 79.5, 3: 79.5}
     assert truth["faults"][0]["ranks"] == [2, 3]
+
+
+def test_a_fault_that_fired_short_of_the_threshold_is_neutral_and_expects_no_period() -> None:
+    truth = truth_with({4: [(2, "dataloader_stall")]}, threshold=50.0)
+    truth["per_step"][0]["stragglers"][0]["entered_late_by_ms"] = 10.0  # fired, fell short
+    unexplained = {"rank": 2, "entered_late_by_ms": 10.0, "cause": None}
+    truth["per_step"].append({"step": 5, "stragglers": [unexplained]})
+    s = score(truth, [(4, 2, "sleeping"), (5, 2, "sleeping")])
+    # naming the fired fault is no false alarm; the same lateness with no fault is one
+    assert (s.true_positives, s.false_positives, s.false_negatives) == (0, 1, 0)
+    faults = [{"rank": 2, "kind": "dataloader_stall", "ms": 30.0, "jitter": 10.0, "every": 4},
+              {"rank": 3, "kind": "dataloader_stall", "ms": 45.0, "jitter": 5.0, "every": 7}]  # fmt: skip
+    truth["faults"] = faults
+    diag = {"stragglers": []}
+    assert periods(truth, diag) == [("rank 3", 7, None)]  # 30 + 10 < 50: rank 2 can never be an episode

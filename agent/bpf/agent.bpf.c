@@ -270,7 +270,8 @@ TRACEPOINT_PROBE(sched, sched_switch)
         e.ts = o->ts;
         e.ts2 = now;
         e.a0 = o->wake;
-        e.a1 = o->by;
+        /* Who held the CPU: the preemptor, or for a woken thread the one it waited behind (prev). */
+        e.a1 = o->sleeping ? (o->wake ? prev : 0) : o->by;
         e.pid = o->pid;
         e.tid = next;
         e.kind = KIND_OFFCPU;

@@ -56,17 +56,13 @@ FROM (
 -- one of those calls (the call's own interval already counts it) and for one where a thread of a
 -- traced process took the CPU (the node's ranks competing for its cores: host compute, like what no
 -- interval covers).
+-- A blocked thread that was woken and then waited in the run queue behind another workload
+-- (runq_ms > 0, preempted_by 'other') was two things in turn: asleep, then kept off a busy CPU. Its
+-- interval is split: the sleep up to the wakeup, and a 'runq' row for the wait (event_id + '/runq')
+-- that counts as cpu_contention outside CUDA calls; inside a sync it stays uncategorised (the sync
+-- counts it) but lets the GPU rule take out the part of a long sync that was the CPU's fault.
 INSERT INTO host_activity
-SELECT *, hash(cluster_id, node_id, pid, tid) AS thread_key, start_ns // 1000000000 AS start_bucket,
-       CASE WHEN kind IN ('malloc', 'free') THEN 'allocator'
-            WHEN kind = 'sync' THEN 'slow_gpu'
-            WHEN kind = 'memcpy' THEN 'memcpy'
-            WHEN cuda_call IN ('cudaMalloc', 'cudaFree', 'cudaMemcpy', 'cudaStreamSynchronize',
-                               'cudaDeviceSynchronize', 'cudaEventSynchronize') THEN NULL
-            WHEN state = 'preempted' AND preempted_by = 'job' THEN NULL
-            WHEN state = 'preempted' THEN 'cpu_contention'
-            ELSE 'sleeping' END AS category
-FROM (
+WITH parsed AS (
 SELECT event_id, cluster_id, node_id, rank,
        TRY_CAST(a[1] AS BIGINT) AS pid,
        TRY_CAST(a[2] AS BIGINT) AS process_start_ns,
@@ -83,17 +79,41 @@ SELECT event_id, cluster_id, node_id, rank,
        a[7] AS preempted_by,
        timestamp_ns AS start_ns,
        timestamp_ns + CAST(round(greatest(coalesce(value_double, 0), 0) * 1e6) AS BIGINT) AS end_ns,
-       causal_chain_id
+       causal_chain_id,
+       CASE WHEN metric_name = 'rankecho.sched.offcpu' AND a[6] = 'sleeping' AND a[7] = 'other'
+            THEN CAST(round(least(greatest(coalesce(TRY_CAST(a[8] AS DOUBLE), 0), 0),
+                                  greatest(coalesce(value_double, 0), 0)) * 1e6) AS BIGINT)
+            ELSE 0 END AS runq_ns
 FROM (
     SELECT *,
            json_extract_string(attrs_json, [
                '$."process.pid"', '$."rankecho.process.start_ns"', '$."thread.id"',
                '$."rankecho.cuda.call"', '$."rankecho.call_in_flight"', '$."rankecho.sched.state"',
-               '$."rankecho.sched.preempted_by"'
+               '$."rankecho.sched.preempted_by"', '$."rankecho.sched.runq_ms"'
            ]) AS a
     FROM staged
     WHERE metric_name IN ('rankecho.cuda.sync', 'rankecho.cuda.malloc', 'rankecho.cuda.free',
                           'rankecho.cuda.memcpy', 'rankecho.sched.offcpu')
       AND value_double IS NOT NULL AND value_double < 3.6e6
 )
-);
+),
+pieces AS (  -- the interval (less its run-queue wait when split) and the wait as a row of its own
+    SELECT * EXCLUDE (runq_ns, end_ns), end_ns - runq_ns AS end_ns FROM parsed
+    UNION ALL BY NAME
+    SELECT * EXCLUDE (event_id, kind, start_ns, end_ns, runq_ns), event_id || '/runq' AS event_id,
+           'runq' AS kind, end_ns - runq_ns AS start_ns, end_ns
+    FROM parsed WHERE runq_ns > 0
+)
+SELECT event_id, cluster_id, node_id, rank, pid, process_start_ns, tid, kind, cuda_call, state, preempted_by,
+       start_ns, end_ns, causal_chain_id,
+       hash(cluster_id, node_id, pid, tid) AS thread_key, start_ns // 1000000000 AS start_bucket,
+       CASE WHEN kind IN ('malloc', 'free') THEN 'allocator'
+            WHEN kind = 'sync' THEN 'slow_gpu'
+            WHEN kind = 'memcpy' THEN 'memcpy'
+            WHEN cuda_call IN ('cudaMalloc', 'cudaFree', 'cudaMemcpy', 'cudaStreamSynchronize',
+                               'cudaDeviceSynchronize', 'cudaEventSynchronize') THEN NULL
+            WHEN kind = 'runq' THEN 'cpu_contention'
+            WHEN state = 'preempted' AND preempted_by = 'job' THEN NULL
+            WHEN state = 'preempted' THEN 'cpu_contention'
+            ELSE 'sleeping' END AS category
+FROM pieces;
