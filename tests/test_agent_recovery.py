@@ -39,10 +39,10 @@ def batch(start: int, n: int = 10) -> Encoded:
     return encode_batch({None: {c.NODE_NAME: "n0", c.CLUSTER_NAME: "c"}}, points, {})
 
 
-def wait_for(predicate: Callable[[], bool], timeout_s: float) -> float:
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str = "") -> float:
     deadline = time.monotonic() + timeout_s
     while not predicate():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
         time.sleep(0.01)
     return time.monotonic()
 
@@ -56,21 +56,22 @@ def test_first_send_within_a_second_of_echos_return_and_the_spool_drains(
     exporter.start()
     try:
         exporter.submit(batch(0))
-        wait_for(lambda: exporter.sent_points == 10, 10)
+        wait_for(lambda: exporter.sent_points == 10, 10, "the first batch")
         echo.down()
         sent, end = 10, time.monotonic() + OUTAGE_S
         while time.monotonic() < end:  # the job keeps producing during the outage
             exporter.submit(batch(sent))
             sent += 10
             time.sleep(0.2)
-        assert spool.points > 0 and exporter.sent_points == 10
+        assert spool.points > 0 and exporter.sent_points == 10, (spool.points, exporter.sent_points)
         back = echo.up()
-        first = wait_for(lambda: exporter.sent_points > 10, 10)
-        drained = wait_for(lambda: exporter.sent_points == sent and len(spool) == 0, 20)
+        first = wait_for(lambda: exporter.sent_points > 10, 10, "a send after Echo's return")
+        drained = wait_for(lambda: exporter.sent_points == sent and len(spool) == 0, 20, "the spool to drain")
         print(
             f"first send {first - back:.2f} s after Echo's return, spool drained after {drained - back:.2f} s"
         )
-        assert first - back < 1.5, f"first send {first - back:.2f} s after Echo was back"
+        # ~0.2-0.4 s measured; 2 s leaves room for a loaded machine (gRPC's defaults gave 9-15 s)
+        assert first - back < 2.0, f"first send {first - back:.2f} s after Echo was back"
         assert echo.stored() == sent
     finally:
         exporter.close(1)
