@@ -30,14 +30,16 @@ class Rank:
     """One simulated rank process seen by its own node's tracker."""
 
     def __init__(
-        self, rank: int, world: int, pid: int = 100, start: int = 7, env_rank: int | None = None
+        self, rank: int, world: int, pid: int = 100, start: int = 7, env_rank: int | None = None,
+        node: str = "node", boot_ns: int = 1_000_000_000_000, **tracker_kwargs: Any,
     ) -> None:
+        """``node`` names the tracker's node; ``boot_ns`` is that node's realtime at monotonic 0."""
         self.points: list[tuple[Any, Any]] = []
         self.pid = pid
         env = EnvIdentity(rank=env_rank, world_size=world if env_rank is not None else None, job_key="m:1")
         infos = {pid: ProcessInfo(pid, start, env)}
-        clock = ClockConverter(realtime=lambda: 1_000_000_000_000, monotonic=lambda: 0)
-        self.t = Tracker("node", clock, infos.get, lambda k, p: self.points.append((k, p)))
+        clock = ClockConverter(realtime=lambda: boot_ns, monotonic=lambda: 0)
+        self.t = Tracker(node, clock, infos.get, lambda k, p: self.points.append((k, p)), **tracker_kwargs)
         self.rank, self.world = rank, world
 
     def call(self, fn: FN, ts: int, ts2: int, a0: int = 0, a1: int = 0, a2: int = 0, a3: int = 0) -> None:
