@@ -35,12 +35,12 @@ class Rank:
 
     def __init__(
         self, rank: int, world: int, pid: int = 100, start: int = 7, env_rank: int | None = None,
-        node: str = "node", boot_ns: int = 1_000_000_000_000, **tracker_kwargs: Any,
+        node: str = "node", boot_ns: int = 1_000_000_000_000, job_key: str = "m:1", **tracker_kwargs: Any,
     ) -> None:
         """``node`` names the tracker's node; ``boot_ns`` is that node's realtime at monotonic 0."""
         self.points: list[tuple[Any, Any]] = []
         self.pid = pid
-        env = EnvIdentity(rank=env_rank, world_size=world if env_rank is not None else None, job_key="m:1")
+        env = EnvIdentity(rank=env_rank, world_size=world if env_rank is not None else None, job_key=job_key)
         infos = {pid: ProcessInfo(pid, start, env)}
         clock = ClockConverter(realtime=lambda: boot_ns, monotonic=lambda: 0)
         self.t = Tracker(node, clock, infos.get, lambda k, p: self.points.append((k, p)), **tracker_kwargs)
@@ -308,9 +308,29 @@ def test_event_id_follows_each_part_of_the_event() -> None:
         assert not set(other) & set(base), f"the event id ignores the {part}"
 
 
+def test_event_id_is_the_hash_of_its_documented_parts() -> None:
+    looked_up: list[int] = []
+    r = Rank(0, 1, thread_name=lambda pid, tid: looked_up.append(tid) or f"worker-{pid}.{tid}")
+    r.call(FN.MALLOC, 5 * MS, 6 * MS, a2=64)  # before any communicator: no chain
+    r.init()
+    r.step(10 * MS, 20 * MS)
+    r.step(30 * MS, 40 * MS)
+    [malloc] = r.metric(c.M_CUDA_MALLOC)
+    assert malloc.attributes[c.EVENT_ID] == short_hash("node", (100, 7), c.M_CUDA_MALLOC, 100, 5 * MS, "")
+    assert malloc.attributes[c.THREAD_NAME] == "worker-100.100" and looked_up == [100]  # read once per thread
+    [health] = r.metric(c.M_HEALTH)  # a per-process point: no thread, thread 0 in the id
+    assert c.TID not in health.attributes and c.THREAD_NAME not in health.attributes
+    chain = health.attributes[c.CAUSAL_CHAIN_ID]
+    assert health.attributes[c.EVENT_ID] == short_hash("node", (100, 7), c.M_HEALTH, 0, 40 * MS, chain)
+
+
 def test_short_hash_is_pinned_and_unambiguous() -> None:
-    # Spooled batches replay after an agent upgrade: the derivation must not drift between versions.
+    # Spooled batches replay after an agent upgrade, and during a rolling upgrade two nodes run different
+    # agent versions that must still agree on comm ids: the derivations must not drift between versions.
     assert short_hash("node-a", (100, 7), c.M_CUDA_MALLOC, 100, 5, "") == "ddea9d0840ec3a58"
+    assert unique_id_hash(UID) == "3de787eeed5d7ad9"
+    assert split_child_id("p", 0, 1) == "6e0025218a100632"
+    assert unaligned_comm_id("m:1", 8, 0) == "820cef9ea640131f"
     assert len(short_hash("x")) == 16 and short_hash(b"x") == short_hash("x")
     assert short_hash("ab", "c") != short_hash("a", "bc") != short_hash("abc")
     assert unique_id_hash(UID) != unique_id_hash(UID[:-1] + b"\1")
