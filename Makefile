@@ -31,8 +31,10 @@ lint: install
 demo: install sim-libs
 	$(BIN)/python -m rankecho.demo
 
+# Prints every benchmark's report; writes the results with their date, load and command to build/bench.json
+# and rewrites the latest-run section of docs/benchmarks.md from them (the one place for measured numbers).
 bench: install sim-libs
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench --json build/bench.json --markdown docs/benchmarks.md
 
 # Mutation testing (mutmut) of the guard, the writer, event and chain ids and the health score; not part
 # of `make test`. Each target stops after MUTATION_BUDGET_S seconds. Scores: docs/testing.md.
