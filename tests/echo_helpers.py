@@ -6,6 +6,7 @@ import datetime
 import ipaddress
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,14 @@ def self_signed(tmp_path: Path) -> tuple[Path, Path]:
         )
     )
     return cert_path, key_path
+
+
+def wait_until(cond: Callable[[], bool], what: str, timeout_s: float = 30.0, poll_s: float = 0.02) -> None:
+    """Poll ``cond`` until it holds; fail naming ``what`` after ``timeout_s`` (no wait without a deadline)."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:g} s waiting for {what}"
+        time.sleep(poll_s)
 
 
 class RestartableEcho:

@@ -7,21 +7,21 @@
 -- window on the CPU (host_compute). The cause is the category with the largest excess (rk_cause_excess).
 
 -- name: rk_expected_contention
--- The preemption a rank's runnable time would meet at its peers' rate (at least the peers' own).
+-- The preemption a rank's on-CPU time would meet at its peers' ratio of preempted to on-CPU time (at
+-- least the peers' own preemption).
 CREATE OR REPLACE TEMP MACRO rk_expected_contention(m, p) AS (
     greatest(coalesce(p['cpu_contention'], 0),
-             coalesce(p['cpu_contention'] / nullif(p['cpu_contention'] + p['host_compute'], 0), 0)
-             * (m['cpu_contention'] + m['host_compute']))
+             coalesce(p['cpu_contention'] / nullif(p['host_compute'], 0), 0) * m['host_compute'])
 );
 
 -- name: rk_cause_excess
 -- The excess of a late rank's pre-call time per cause class (m: a struct of time per class) over its
 -- peers' median (p, the same struct; NULL = no peers), in m's unit. On a busy machine every runnable
 -- thread loses a share of its CPU time to other work, so a rank that computed longer is also
--- preempted longer without any contention of its own: contention counts only beyond the peers' rate
--- of preemption applied to the rank's own runnable time (host_compute + cpu_contention), and the time
--- up to that rate counts as host compute. A noisy neighbour on the rank's own core still shows: its
--- preemption far exceeds what the peers' rate predicts.
+-- preempted longer without any contention of its own: contention counts only beyond what the peers'
+-- ratio of preempted to on-CPU time predicts for the rank's own on-CPU time, and the time up to that
+-- counts as host compute. A noisy neighbour on the rank's own core still shows: the rank computed no
+-- longer than its peers, yet was kept off the CPU far longer.
 CREATE OR REPLACE TEMP MACRO rk_cause_excess(m, p) AS (
     {'allocator': m['allocator'] - coalesce(p['allocator'], 0),
      'slow_gpu': m['slow_gpu'] - coalesce(p['slow_gpu'], 0),
