@@ -129,17 +129,22 @@ def test_shutdown_and_restart_on_a_full_disk_never_grow_the_file(small_disk: Pat
         grpc_export(echo.otlp_grpc, node_request(f"n{i}", 2000), TEST_TOKEN)
     wal = db.with_name("echo.db.wal")
     assert wal.exists() and wal.stat().st_size > 0, "the test needs rows in the write-ahead log"
+    log = tmp_path / "echo.log"
+
+    def tail() -> str:
+        return log.read_text()[-3000:]
+
     with disk_filled(small_disk):
         size = db.stat().st_size
-        assert echo.stop() == 0, (tmp_path / "echo.log").read_text()[-2000:]
-        assert db.stat().st_size == size
-        assert "checkpoint skipped" in (tmp_path / "echo.log").read_text()
-        for _ in range(2):
-            again = EchoProcess(db, TEST_TOKEN, log=tmp_path / "echo.log").start()
-            assert again.stop() == 0
-            assert db.stat().st_size == size
-    echo = EchoProcess(db, TEST_TOKEN, log=tmp_path / "echo.log").start()
-    assert echo.stop() == 0
+        assert echo.stop() == 0, tail()
+        assert db.stat().st_size == size, ("grew at shutdown", size, db.stat().st_size, tail())
+        assert "checkpoint skipped" in log.read_text(), tail()
+        for i in range(2):
+            again = EchoProcess(db, TEST_TOKEN, log=log).start()
+            assert again.stop() == 0, tail()
+            assert db.stat().st_size == size, (f"grew at restart {i}", size, db.stat().st_size, tail())
+    echo = EchoProcess(db, TEST_TOKEN, log=log).start()
+    assert echo.stop() == 0, tail()
     assert not wal.exists() or wal.stat().st_size == 0, "with room again the log is folded in"
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM events").fetchall() == [(10_000,)]

@@ -224,7 +224,9 @@ class Writer:
                 log.warning("the store's volume takes writes again: ready, waiting for the next commit")
             return
         self._last_checkpoint = time.monotonic()
-        self.checkpoint()
+        wal = self._db_path.with_name(self._db_path.name + ".wal")
+        if wal.exists() and wal.stat().st_size > 0:  # nothing committed since the last one: no work
+            self.checkpoint()
 
     def checkpoint(self) -> bool:
         """Fold the write-ahead log into the file when there is room (the writer thread, or after
