@@ -128,7 +128,10 @@ def test_more_queries_than_workers_wait_their_turn(store: Path) -> None:
         box.query("SELECT 1")  # the worker is started
         holder = threading.Thread(target=hold)
         holder.start()
-        time.sleep(0.3)
+        deadline = time.monotonic() + 10
+        while box.busy < 1 and time.monotonic() < deadline:  # the slow query holds the only worker
+            time.sleep(0.01)
+        assert box.busy == 1
         with pytest.raises(QueryBusyError, match="analysis workers stayed busy"):
             box.query("SELECT 1", timeout_s=0.5)
         holder.join(10)

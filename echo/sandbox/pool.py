@@ -139,6 +139,8 @@ class Sandbox:
         self.check = check
         self.kills = 0
         """Workers killed so far (memory or deadline); tests and /metrics read it."""
+        self.busy = 0
+        """Queries holding a worker slot now (a test waits on it instead of sleeping)."""
         self._slots = threading.Semaphore(limits.workers)
         self._idle: list[_Process] = []
         self._lock = threading.Lock()
@@ -152,6 +154,7 @@ class Sandbox:
                 "or run fewer queries at once"
             )
         with self._lock:
+            self.busy += 1
             while self._idle:
                 proc = self._idle.pop()
                 if proc.alive():
@@ -162,7 +165,7 @@ class Sandbox:
             self._expect(proc, time.monotonic() + START_TIMEOUT_S, lambda m: "ready" in m)
             return proc
         except BaseException:
-            self._slots.release()
+            self._release()
             raise
 
     def _give_back(self, proc: _Process, reusable: bool) -> None:
@@ -171,6 +174,11 @@ class Sandbox:
                 self._idle.append(proc)
         else:
             proc.kill()
+        self._release()
+
+    def _release(self) -> None:
+        with self._lock:
+            self.busy -= 1
         self._slots.release()
 
     def close(self) -> None:
