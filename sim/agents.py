@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.procs import LaunchError, stop_process, tail
+from sim.procs import LaunchError, signals_blocked, stop_process, tail
 from sim.scenario import Node
 
 READY_TIMEOUT_S = 60.0
@@ -31,6 +31,8 @@ class AgentSpec:
     cluster_id: str
     token: str | None
     python: str
+    extra: tuple[str, ...] = ()
+    """More ``rankecho agent`` options (tests: ``--spool-dir``, ``--pid``, ``--scan-interval``)."""
 
 
 @dataclass
@@ -55,6 +57,7 @@ def agent_argv(spec: AgentSpec, node: Node, lib_dir: Path, ready: Path) -> list[
         *("--cluster-id", spec.cluster_id, "--node-id", node.id),
         *("--nccl-lib", str(lib_dir / "libnccl.so.2"), "--cuda-lib", str(lib_dir / "libcudart.so.12")),
         *("--clock-offset-ns", str(node.clock_offset_ns), "--ready-file", str(ready)),
+        *spec.extra,
     ]
 
 
@@ -69,7 +72,7 @@ def spawn_agent(spec: AgentSpec, node: Node, node_dir: Path, lib_dir: Path) -> A
     env = dict(os.environ)
     if spec.token is not None:
         env["RANKECHO_TOKEN"] = spec.token
-    with log.open("wb") as out:
+    with log.open("wb") as out, signals_blocked():
         proc = subprocess.Popen(
             agent_argv(spec, node, lib_dir, ready),
             stdout=out,

@@ -75,23 +75,26 @@ def build_libs(root: Path = SIM_ROOT) -> None:
         )
 
 
+def prepare_node_libs(lib: Path, root: Path = SIM_ROOT, endbr: bool = False) -> Path:
+    """Copy the library pair into ``lib`` (fresh files, own inodes, as on another host), with the
+    unversioned ``.so`` links a dlopen by short name needs; ``endbr``: the build whose functions start
+    with endbr64."""
+    src = root / ("build-endbr" if endbr else "build")
+    lib.mkdir(parents=True, exist_ok=True)
+    for name in LIB_NAMES:
+        dst = lib / name
+        dst.unlink(missing_ok=True)
+        shutil.copy2(src / name, dst)
+        link = lib / name.split(".so")[0]
+        link = link.with_name(link.name + ".so")
+        link.unlink(missing_ok=True)
+        link.symlink_to(name)
+    return lib
+
+
 def prepare_lib_dirs(run_dir: Path, scenario: Scenario, root: Path = SIM_ROOT) -> dict[str, Path]:
-    """Copy the library pair into ``<run dir>/<node>/lib`` for every node (fresh files, own inodes)."""
-    src = root / ("build-endbr" if scenario.endbr else "build")
-    out = {}
-    for node in scenario.nodes:
-        lib = run_dir / node.id / "lib"
-        lib.mkdir(parents=True, exist_ok=True)
-        for name in LIB_NAMES:
-            dst = lib / name
-            dst.unlink(missing_ok=True)
-            shutil.copy2(src / name, dst)
-            link = lib / name.split(".so")[0]
-            link = link.with_name(link.name + ".so")
-            link.unlink(missing_ok=True)
-            link.symlink_to(name)
-        out[node.id] = lib
-    return out
+    """Copy the library pair into ``<run dir>/<node>/lib`` for every node."""
+    return {n.id: prepare_node_libs(run_dir / n.id / "lib", root, scenario.endbr) for n in scenario.nodes}
 
 
 def free_port() -> int:
