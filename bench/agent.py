@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.harness import SimJob, stop_all
+from sim.job import SimJob, stop_all
 
 ROOT = Path(__file__).resolve().parent.parent
 SIM = ROOT / "sim"

@@ -147,20 +147,29 @@ def rank_argv(
 def rank_env(
     scenario: Scenario, rank: int, node: Node, local: int, port: int, lib_dir: Path
 ) -> dict[str, str]:
+    return torch_env(rank, scenario.world_size, node.id, local, node.ranks, port,
+                     lib_dir if scenario.load == "linked" else None)
+
+
+def torch_env(
+    rank: int, world: int, node_id: str, local: int, local_world: int, port: int, lib_dir: Path | None
+) -> dict[str, str]:
+    """This process's environment plus what torchrun gives a rank; ``lib_dir`` goes first on
+    LD_LIBRARY_PATH (the node's copy of the libraries is the one a linked simrank loads)."""
     env = dict(os.environ)
     env.update(
         {
             "RANK": str(rank),
             "LOCAL_RANK": str(local),
-            "WORLD_SIZE": str(scenario.world_size),
-            "LOCAL_WORLD_SIZE": str(node.ranks),
+            "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(local_world),
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
-            "RANKECHO_NODE_ID": node.id,
+            "RANKECHO_NODE_ID": node_id,
             "SIMRANK_DIE_WITH_PARENT": "1",
         }
     )
-    if scenario.load == "linked":
+    if lib_dir is not None:
         env["LD_LIBRARY_PATH"] = (
             f"{lib_dir}:{env['LD_LIBRARY_PATH']}" if env.get("LD_LIBRARY_PATH") else str(lib_dir)
         )

@@ -15,9 +15,9 @@ import pytest
 from echo_helpers import TEST_TOKEN
 from test_agent_helpers import attrs, inproc_echo, rank_pids, requires_ebpf, rows, sim_built, step_lines
 
-from agent.harness import SimJob, stop_all
 from echo.stress.server import EchoProcess
 from shared import contract as c
+from sim.job import SimJob, stop_all
 
 pytestmark = [requires_ebpf, pytest.mark.ebpf]
 
@@ -133,8 +133,8 @@ def test_agent_killed_and_restarted_mid_run(tmp_path: Path) -> None:
         [agent] = job.start_agents(echo.grpc_address, TEST_TOKEN)
         ranks = job.start_ranks(["--steps", "120", "--compute-us", "40000"])
         time.sleep(1.5)
-        agent.kill(wait=False)
-        again = job.start_agent("node-a", echo.grpc_address, TEST_TOKEN, name="node-a-again")
+        agent.proc.kill()
+        again = job.start_agent("node-a", echo.grpc_address, TEST_TOKEN)
         job.wait(ranks)
         agent.proc.wait()
         assert stop_all([again]) == [0]
@@ -174,7 +174,7 @@ def test_echo_down_for_30_s_loses_nothing(tmp_path: Path) -> None:
         deadline = time.monotonic() + 30
         while list(spool.rglob("*.otlp")) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not list(spool.rglob("*.otlp")), agent.log()
+        assert not list(spool.rglob("*.otlp")), agent.log.read_text()
         assert stop_all([agent]) == [0]
     finally:
         echo.stop()

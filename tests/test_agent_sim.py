@@ -15,8 +15,8 @@ import pytest
 from echo_helpers import TEST_TOKEN
 from test_agent_helpers import attrs, inproc_echo, rank_pids, requires_ebpf, rows, sim_built, step_lines
 
-from agent.harness import SimJob, stop_all
 from shared import contract as c
+from sim.job import SimJob, stop_all
 
 pytestmark = [requires_ebpf, pytest.mark.ebpf]
 
@@ -48,7 +48,7 @@ def by_metric(job: dict[str, Any], metric: str) -> list[dict[str, Any]]:
 
 def test_agents_exit_zero_and_endbr_probes_skip_the_prologue(job: dict[str, Any]) -> None:
     assert job["codes"] == [0, 0]
-    logs = [a.log() for a in job["agents"]]
+    logs = [a.log.read_text() for a in job["agents"]]
     assert "(0 past endbr64)" in logs[0]
     assert "past endbr64" in logs[1] and "(0 past endbr64)" not in logs[1], logs[1]
     for log in logs:
