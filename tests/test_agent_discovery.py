@@ -86,7 +86,7 @@ def test_ebpf_flag_prints_the_program_with_its_knobs() -> None:
 
 
 def test_header_and_decoder_agree() -> None:
-    header = (probes.BPF_DIR / "agent.h").read_text()
+    header = probes.program_text()
     c_fns = {m[0]: int(m[1]) for m in re.findall(r"FN_(\w+) = (\d+)", header)}
     assert c_fns == {f.name: f.value for f in FN}
     c_kinds = {m[0]: int(m[1]) for m in re.findall(r"KIND_(\w+) = (\d+)", header)}
