@@ -18,7 +18,9 @@ from pathlib import Path
 
 def discover() -> list[str]:
     here = Path(__file__).parent
-    return sorted(m.name for m in pkgutil.iter_modules([str(here)]) if not m.name.startswith("_"))
+    # Packages are tools (bench/launch), not benchmarks.
+    modules = pkgutil.iter_modules([str(here)])
+    return sorted(m.name for m in modules if not m.name.startswith("_") and not m.ispkg)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,6 +45,22 @@ def http_post(
     return httpx.post(f"http://{address}/v1/{signal}", content=body, headers=all_headers, timeout=30)
 
 
+def rows(echo: Any, sql: str) -> list[tuple[Any, ...]]:
+    """Every row ``sql`` returns on a running Echo's reader (result caps lifted: tests read whole tables)."""
+    return list(echo.reader.query(sql, max_rows=1_000_000, max_bytes=1 << 30, timeout_s=60).rows)
+
+
+def row_dicts(echo: Any, sql: str) -> list[dict[str, Any]]:
+    """:func:`rows` as {column: value} dicts."""
+    result = echo.reader.query(sql, max_rows=1_000_000, max_bytes=1 << 30, timeout_s=60)
+    return [dict(zip(result.columns, r, strict=True)) for r in result.rows]
+
+
+def count(echo: Any, where: str = "true") -> int:
+    """Rows of ``events`` matching ``where`` on a running Echo."""
+    return int(rows(echo, f"SELECT count(*) FROM events WHERE {where}")[0][0])
+
+
 def health_points(n: int, start_ns: int | None = None, **attrs: Any) -> list[Point]:
     """``n`` health-score points 1 us apart, every 4th a straggler (< 0.4)."""
     t0 = time.time_ns() if start_ns is None else start_ns

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -116,7 +115,7 @@ def test_prologue_classification_past_endbr64(tmp_path: Path) -> None:
     assert names == ["test %rdi,%rdi", "test %r8,%r8", "mov %rdi,%rax", "bytes c3"]
 
 
-requires_bcc = pytest.mark.skipif(importlib.util.find_spec("bcc") is None, reason="needs the bcc bindings")
+requires_bcc = pytest.mark.skipif(not check.check_bcc().ok, reason=check.check_bcc().fix)
 
 
 @requires_bcc

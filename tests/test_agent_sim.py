@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from echo_helpers import TEST_TOKEN
-from test_agent_helpers import attrs, inproc_echo, rank_pids, requires_ebpf, rows, sim_built, step_lines
+from conftest import inproc_echo
+from echo_helpers import TEST_TOKEN, row_dicts
+from test_agent_helpers import attrs, rank_pids, requires_ebpf, sim_built, step_lines
 
 from shared import contract as c
 from sim.job import SimJob, stop_all
@@ -38,7 +39,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         sim.wait(sim.start_ranks(SIM_ARGS, fault))
         codes = stop_all(agents)
         logs = {r: sim.rank_log(r) for r in range(sim.world)}
-        data = rows(echo, "SELECT * FROM events")
+        data = row_dicts(echo, "SELECT * FROM events")
         yield {"codes": codes, "agents": agents, "logs": logs, "events": data, "world": sim.world}
 
 

@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import inproc_echo
 from echo_helpers import TEST_TOKEN
-from test_agent_helpers import inproc_echo, requires_ebpf, sim_built
+from test_agent_helpers import requires_ebpf, sim_built
 
 from sim.agents import Agent, AgentSpec, spawn_agent
 from sim.launcher import prepare_node_libs

@@ -2,6 +2,6 @@
 
 The planting rule lives in :mod:`echo.stress.planting`, encoding in :mod:`echo.stress.encode`, the
 retry decision in :mod:`echo.stress.retry`, transports in :mod:`echo.stress.senders`, the producer
-loop in :mod:`echo.stress.runner`; :mod:`echo.stress.server` starts a real ``rankecho serve`` for the
-tests, the demo and the benchmark. See ``docs/stress.md``.
+loop in :mod:`echo.stress.runner`. The tests, the demo and the benchmarks run it as a process through
+:mod:`bench.launch`. See ``docs/stress.md``.
 """
