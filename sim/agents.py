@@ -62,7 +62,11 @@ def agent_argv(spec: AgentSpec, node: Node, lib_dir: Path, ready: Path) -> list[
 
 
 def spawn_agent(spec: AgentSpec, node: Node, node_dir: Path, lib_dir: Path) -> Agent:
-    """Start the node's agent; a node's later agents (a restart) log to agent.2.log, agent.3.log, ..."""
+    """Start the node's agent; a node's later agents (a restart) log to agent.2.log, agent.3.log, ...
+
+    It starts with SIGTERM/SIGINT blocked (:func:`sim.procs.signals_blocked`): the agent unblocks them
+    once its stop handler is installed (``agent.stopflag.install``), so an early stop is a clean one.
+    Anything started in its place must do the same, or it only stops by SIGKILL after the grace time."""
     ready, log = node_dir / "agent.ready", node_dir / "agent.log"
     n = 1
     while log.exists():
