@@ -4,6 +4,7 @@ killed and restarted, Echo down for 30 s. Real eBPF on the simulator's libraries
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from collections import Counter
@@ -134,8 +135,14 @@ def test_agent_killed_and_restarted_mid_run(tmp_path: Path) -> None:
         [agent] = job.start_agents(echo.grpc_address, TEST_TOKEN)
         ranks = job.start_ranks(["--steps", "120", "--compute-us", "40000"])
         time.sleep(1.5)
+        # Hold the job while the new agent compiles (seconds on a loaded machine, when the ranks could
+        # otherwise finish first and the new agent see nothing): it must attach mid-run.
+        for p in ranks:
+            p.send_signal(signal.SIGSTOP)
         agent.proc.kill()
         again = job.start_agent("node-a", echo.grpc_address, TEST_TOKEN)
+        for p in ranks:
+            p.send_signal(signal.SIGCONT)
         job.wait(ranks)
         agent.proc.wait()
         assert stop_all([again]) == [0]
