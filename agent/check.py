@@ -154,8 +154,10 @@ def ebpf_missing() -> str | None:
     return None
 
 
-def main(nccl: tuple[str, ...] = (), cuda: tuple[str, ...] = ()) -> int:
-    checks = run_checks(nccl, cuda)
+def main(nccl: tuple[str, ...] = (), cuda: tuple[str, ...] = (), proc_root: str = "/proc",
+         sys_root: str = "/sys", modules_root: str = "/lib/modules") -> int:
+    """Print every check and the verdict; exit code 1 when a required check failed, else 0."""
+    checks = run_checks(nccl, cuda, proc_root, sys_root, modules_root)
     for chk in checks:
         print(chk.line())
     failed = [chk.name for chk in checks if chk.required and not chk.ok]

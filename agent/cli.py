@@ -31,6 +31,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    "(default: /var/lib/rankecho/spool/CLUSTER-NODE)")
     p.add_argument("--spool-max-mb", type=float, default=256.0, help="spool size bound (oldest dropped)")
     p.add_argument("--scan-interval", type=float, default=2.0, help="seconds between /proc re-scans")
+    p.add_argument("--shutdown-grace", type=float, default=10.0, help="seconds the agent keeps sending "
+                   "its spool after SIGTERM before leaving the rest for its next start (keep the pod's "
+                   "terminationGracePeriodSeconds above it)")
     p.add_argument("--offcpu-min-ms", type=float, default=1.0, help="shortest off-CPU interval reported")
     p.add_argument("--clock-offset-ns", type=int, default=0,
                    help="TESTING ONLY: add this to every timestamp, to simulate a skewed node clock")

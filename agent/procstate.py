@@ -25,6 +25,15 @@ class Comm:
     seq: int = 0
     splits: int = 0
     p2p: dict[tuple[int, int], int] = field(default_factory=dict)
+    id_restored: bool = False
+    """Created before this agent attached, but its id, rank and size came from the journal of an earlier
+    agent run (:mod:`agent.journal`): the id is exact, only ``seq`` counts from the attach."""
+    chain_comm: str | None = None
+    """The id chain ids are built from when it is not ``comm_id`` (a restored comm: see tracker)."""
+
+    @property
+    def chain_base(self) -> str:
+        return self.chain_comm or self.comm_id
 
 
 @dataclass
@@ -64,4 +73,4 @@ class Proc:
     def step_chain(self) -> str | None:
         if self.primary is None:
             return None
-        return c.causal_chain_id(self.primary.comm_id, self.step_seq)
+        return c.causal_chain_id(self.primary.chain_base, self.step_seq)

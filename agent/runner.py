@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import time
+from pathlib import Path
 from typing import Any, Protocol
 
 from agent import discovery, probes, resource
@@ -22,6 +23,7 @@ from agent.clock import ClockConverter
 from agent.events import decode
 from agent.export import Encoded, ExportConfig, Exporter, encode_batch
 from agent.identity import ProcessInfo, read_process, thread_group, thread_name
+from agent.journal import JOURNAL_NAME, CommJournal
 from agent.nvml import Nvml, gpu_for, open_nvml
 from agent.settings import Settings
 from agent.spool import Spool
@@ -34,6 +36,7 @@ POLL_S = 0.05
 MAX_BATCH = 5000
 CLOCK_RESAMPLE_S = 10.0
 DROPS_EVERY_S = 10.0
+SPOOL_EVERY_S = 2.0
 
 
 class Stop(Protocol):
@@ -63,6 +66,8 @@ class Agent:
             thread_group=lambda tid: thread_group(s.proc_root, tid),
             throttled=self._throttled,
             gpu_resource=self._gpu_resource,
+            journal=CommJournal(Path(s.spool_dir) / JOURNAL_NAME,
+                                alive=lambda pid: os.path.exists(f"{s.proc_root}/{pid}")),
         )
         # The environment's attributes go on every resource, except those naming the agent's own pod:
         # they go only on the agent's own points (a traced process carries its own pod, if any).
@@ -82,6 +87,7 @@ class Agent:
         self.bpf: Any = None
         self.decode_errors = 0
         self._reported_drops = (0, 0)
+        self._spool_reported = False
         self._resources: dict[ProcKey, dict[str, AttrValue]] = {}
         """The resource of every process with points waiting for the next flush."""
 
@@ -219,12 +225,23 @@ class Agent:
             attrs: dict[str, AttrValue] = {c.DROP_SOURCE: source}
             self.points.append((None, Point(c.M_AGENT_DROPS, now, n, attrs)))
 
+    def report_spool(self) -> None:
+        """The spool's backlog (points, age of the oldest), while it holds any and once more when it
+        has emptied, so ``fleet.cluster.summary`` can show which nodes' data is still on its way."""
+        waiting = self.spool.points
+        if not (waiting or self._spool_reported):
+            return
+        self._spool_reported = waiting > 0
+        now = time.time_ns()
+        self.points.append((None, Point(c.M_AGENT_SPOOL_POINTS, now, waiting, {})))
+        self.points.append((None, Point(c.M_AGENT_SPOOL_AGE, now, round(self.spool.oldest_age_s(), 3), {})))
+
     # --- loop -----------------------------------------------------------------------------------
     def loop(self, stop: Stop) -> None:
         s = self.s
         now = time.monotonic()
         due = {"flush": now + s.flush_interval_s, "window": now + s.window_s, "scan": now + s.scan_interval_s,
-               "clock": now + CLOCK_RESAMPLE_S, "drops": now + DROPS_EVERY_S}
+               "clock": now + CLOCK_RESAMPLE_S, "drops": now + DROPS_EVERY_S, "spool": now + SPOOL_EVERY_S}
         while not stop.is_set():
             self.bpf.ring_buffer_consume()
             now = time.monotonic()
@@ -244,6 +261,9 @@ class Agent:
             if now >= due["drops"]:
                 due["drops"] = now + DROPS_EVERY_S
                 self.report_drops()
+            if now >= due["spool"]:
+                due["spool"] = now + SPOOL_EVERY_S
+                self.report_spool()
             stop.wait(POLL_S)
 
     def shutdown(self) -> None:

@@ -38,7 +38,8 @@ class Settings:
     window_s: float = 1.0
     offcpu_min_ns: int = 1_000_000
     proc_root: str = "/proc"
-    shutdown_deadline_s: float = 5.0
+    shutdown_deadline_s: float = 10.0
+    """At shutdown, how long the exporter keeps retrying Echo before leaving the rest in the spool."""
     resource: tuple[tuple[str, str], ...] = ()
     """The agent's own resource attributes (environment merged, cluster and node id included)."""
 
@@ -90,6 +91,7 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) ->
         scan_interval_s=args.scan_interval,
         offcpu_min_ns=int(args.offcpu_min_ms * 1_000_000),
         proc_root=args.proc_root,
+        shutdown_deadline_s=args.shutdown_grace,
     )
 
 

@@ -140,6 +140,17 @@ class Spool:
                 log.warning("spool over %d bytes: dropped %d oldest points (raise --spool-max-mb)",
                             self.max_bytes, old.points)
 
+    def oldest_age_s(self) -> float:
+        """Seconds since the oldest waiting request was written (an adopted one keeps its time); 0
+        when empty."""
+        item = self.oldest()
+        if item is None:
+            return 0.0
+        try:
+            return max(0.0, time.time() - item.path.stat().st_mtime)
+        except FileNotFoundError:  # sent meanwhile
+            return 0.0
+
     def oldest(self) -> SpoolItem | None:
         with self._lock:
             return self._items[0] if self._items else None

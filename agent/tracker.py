@@ -36,6 +36,7 @@ from agent.identity import (
     unaligned_comm_id,
     unique_id_hash,
 )
+from agent.journal import CommJournal
 from agent.procstate import Comm, Pending, Proc, ProcKey
 from shared import contract as c
 from shared.otlp import AttrValue, Point
@@ -69,8 +70,11 @@ class Tracker:
         throttled: Callable[[ProcessInfo], bool] = lambda info: False,
         gpu_resource: Callable[[ProcessInfo], dict[str, AttrValue]] = lambda info: {},
         pending_timeout_ns: int = PENDING_TIMEOUT_NS,
+        journal: CommJournal | None = None,
     ) -> None:
         self.node_id = node_id
+        self.journal = journal
+        """Communicators seen created, on disk: a restarted agent names them as its predecessor did."""
         self.clock = clock
         self._read_proc = read_proc
         self._thread_name = thread_name
@@ -167,14 +171,26 @@ class Tracker:
     def _comm(self, proc: Proc, handle: int) -> Comm:
         comm = proc.comms.get(handle)
         if comm is None:
-            # Created before the agent attached: rank from the environment, sequence counted from now.
+            # Created before the agent attached: sequence counted from now; id, rank and size from the
+            # journal when an earlier agent saw the creation (a restart), else guessed from the environment.
+            known = self.journal.lookup(proc.key, handle) if self.journal is not None else None
             env = proc.info.env
-            comm = Comm(unaligned_comm_id(env.job_key, env.world_size, proc.unknown_comms),
-                        env.rank, env.world_size, aligned=False)
+            guess = unaligned_comm_id(env.job_key, env.world_size, proc.unknown_comms)
             proc.unknown_comms += 1
+            if known is not None:
+                # The id is exact, the seq is not: chain ids keep the guessed id, so raw joins on
+                # causal_chain_id never pair this rank's calls with other instances (the analysis
+                # realigns by comm id and timing instead).
+                comm = Comm(known.comm_id, known.rank, known.nranks, aligned=False, parent_id=known.parent_id,
+                            splits=known.splits, id_restored=True, chain_comm=guess)  # fmt: skip
+            else:
+                comm = Comm(guess, env.rank, env.world_size, aligned=False)
             proc.comms[handle] = comm
-            if proc.primary is None:
+            if proc.primary is None or (known is not None and known.primary):
                 proc.primary = comm
+                if known is not None:
+                    proc.rank, proc.nranks = comm.rank, comm.nranks
+                    proc.resource_stale = True
         return comm
 
     def _init(self, rec: InitRecord) -> None:
@@ -197,8 +213,11 @@ class Tracker:
             color = call.a1 - (1 << 32) if call.a1 >= 1 << 31 else call.a1
             child_id = split_child_id(parent.comm_id, parent.splits, color)
             parent.splits += 1
+            self._journal(proc, call.a0, parent)
             if call.a3 and color >= 0:
-                comms.append((call.a3, Comm(child_id, None, None, parent.aligned, parent_id=parent_id)))
+                # Seen created, so counted from 0: aligned when the parent's id is exact.
+                exact = parent.aligned or parent.id_restored
+                comms.append((call.a3, Comm(child_id, None, None, exact, parent_id=parent_id)))
         for handle, comm in comms:
             if not handle or call.rc != 0:
                 continue
@@ -210,6 +229,7 @@ class Tracker:
                 proc.rank, proc.nranks = comm.rank, comm.nranks
                 proc.resource_stale = True
                 proc.step_seq = 0
+            self._journal(proc, handle, comm)
         for handle, comm in comms:
             attrs: dict[str, AttrValue] = {
                 c.COMM_ID: comm.comm_id, c.CUDA_CALL: SYMBOLS[call.fn],
@@ -223,6 +243,13 @@ class Tracker:
                 attrs[c.PARENT_COMM_ID] = comm.parent_id
             self._emit(proc, c.M_COMM_INIT, call.ts, (call.ts2 - call.ts) / 1e6, attrs, call.tid,
                        chain=c.causal_chain_id(comm.comm_id, 0) if handle else None)
+
+    def _journal(self, proc: Proc, handle: int, comm: Comm) -> None:
+        """Write down a communicator whose id is exact (seen created, or restored from the journal)."""
+        if self.journal is not None and (comm.aligned or comm.id_restored):
+            primary = proc.primary is comm
+            self.journal.record(proc.key, handle, comm.comm_id, comm.rank, comm.nranks, primary,
+                                comm.splits, comm.parent_id)  # fmt: skip
 
     def _call(self, rec: CallRecord) -> None:
         proc = self._proc(rec.pid)
@@ -277,7 +304,7 @@ class Tracker:
             comm.p2p[pair] = n + 1
             attrs[c.PEER] = peer
             attrs[c.SEQ] = n
-            chain = c.causal_chain_id(f"{comm.comm_id}.{pair[0]}>{pair[1]}", n)
+            chain = c.causal_chain_id(f"{comm.chain_base}.{pair[0]}>{pair[1]}", n)
             primary = False
         else:
             if rec.fn in (FN.BROADCAST, FN.BCAST, FN.REDUCE):
@@ -285,7 +312,7 @@ class Tracker:
             if rec.fn in (FN.ALL_REDUCE, FN.REDUCE_SCATTER, FN.REDUCE) and op < len(REDUCE_OPS):
                 attrs[c.REDUCE_OP] = REDUCE_OPS[op]
             attrs[c.SEQ] = comm.seq
-            chain = c.causal_chain_id(comm.comm_id, comm.seq)
+            chain = c.causal_chain_id(comm.chain_base, comm.seq)
             primary = comm is proc.primary
             if primary and comm.seq == proc.step_seq:
                 self._launches(proc, rec.tid, rec.launches, rec.ts, chain)

@@ -2,18 +2,24 @@
 
 A benchmark module exposes ``run(argv: list[str]) -> dict`` that prints a human-readable report
 (medians of several runs, ratios measured side by side in the same run) and returns the same numbers.
-``python -m bench ingest mcp`` runs only those; ``--json PATH`` also writes every result to one file.
+``python -m bench ingest mcp`` runs only those; ``--json PATH`` also writes every result, with the date,
+commit, command and machine load of the run and of each benchmark, to one file; ``--markdown
+docs/benchmarks.md`` rewrites that page's generated section from them. ``--render PATH`` renders a saved
+JSON file into ``--markdown`` without running anything.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import pkgutil
 import sys
-import time
 from pathlib import Path
+from typing import Any
+
+from bench._report import provenance, render, timed, update_markdown
 
 
 def discover() -> list[str]:
@@ -24,23 +30,34 @@ def discover() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("names", nargs="*", help=f"benchmarks to run (default: all of {discover()})")
-    parser.add_argument("--json", type=Path, help="also write all results to this JSON file")
+    parser.add_argument("--json", type=Path, help="also write all results and their provenance to this file")
+    parser.add_argument("--markdown", type=Path, help="rewrite the generated section of this page")
+    parser.add_argument("--render", type=Path, metavar="JSON", help="render a saved --json file, run nothing")
     args, rest = parser.parse_known_args(argv)
+    if args.render:
+        if not args.markdown:
+            parser.error("--render needs --markdown PAGE (e.g. docs/benchmarks.md)")
+        update_markdown(args.markdown, render(json.loads(args.render.read_text())))
+        return 0
     names = args.names or discover()
     unknown = sorted(set(names) - set(discover()))
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; available: {discover()}")
-    results: dict[str, object] = {}
+    doc: dict[str, Any] = {"provenance": provenance(argv), "benchmarks": {}}
     for name in names:
         module = importlib.import_module(f"bench.{name}")
         print(f"=== bench.{name}", flush=True)
-        started = time.monotonic()
-        results[name] = module.run(rest)
-        print(f"=== bench.{name} done in {time.monotonic() - started:.1f} s\n", flush=True)
+        entry = timed(functools.partial(module.run, rest))
+        doc["benchmarks"][name] = entry
+        print(f"=== bench.{name} done in {entry['seconds']:.1f} s\n", flush=True)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2, default=str))
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(doc, indent=2, default=str))
+    if args.markdown:
+        update_markdown(args.markdown, render(doc))
     return 0
 
 

@@ -5,7 +5,8 @@
     with Echo(Settings(db_path=tmp / "echo.db", token="t", otlp_grpc=HostPort("127.0.0.1", 0),
                        otlp_http=HostPort("127.0.0.1", 0), mcp_http=None)) as echo:
         echo.grpc_address, echo.http_address      # "127.0.0.1:PORT"
-        echo.reader.query("SELECT count(*) FROM events").rows
+        echo.reader.query("SELECT count(*) FROM events").rows     # project SQL, in this process
+        echo.analysis.query("SELECT count(*) FROM events").rows   # callers' SQL, in a worker process
 
 Other front ends (the MCP server) plug in as a :class:`Service` added before :meth:`Echo.start`; the
 address a service returns is reported in the listening line under the service's name.
@@ -31,10 +32,12 @@ from echo.ingest.auth import TokenCheck
 from echo.ingest.grpc_server import start_grpc
 from echo.ingest.http_server import OpsRoute, start_http
 from echo.ingest.service import Ingest
-from echo.settings import HostPort, Settings
-from echo.store.lock import StoreLock
+from echo.sandbox import Sandbox, SandboxLimits
+from echo.settings import HostPort, Settings, memory_limit_bytes
+from echo.store.lock import StoreLock, StoreLockedError
 from echo.store.migrate import migrate
 from echo.store.reader import Reader
+from echo.store.snapshot import Snapshots
 from echo.store.writer import Writer
 
 log = logging.getLogger(__name__)
@@ -63,11 +66,23 @@ def connect_address(host: str, port: int) -> str:
 def open_store(db_path: Path, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) and migrate the store; the caller must hold its :class:`StoreLock`."""
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(db_path))
+    if db_path.exists() and db_path.stat().st_nlink > 1:
+        log.warning("%s has %d hard links: DuckDB names its write-ahead log after the path opened, so "
+                    "always start Echo with the same name", db_path, db_path.stat().st_nlink)  # fmt: skip
+    try:
+        con = duckdb.connect(str(db_path))
+    except duckdb.IOException as exc:
+        if "lock" not in str(exc).lower():
+            raise
+        # Another process (not an Echo: those hold the StoreLock) has the file open read-write.
+        raise StoreLockedError(db_path, None, f"DuckDB: {exc}") from None
     version = migrate(con)
     # Fewer automatic checkpoints inside the writer's COMMITs (~15% more rows/s at the default 16MB);
-    # the cost is a longer WAL replay after a crash.
+    # the writer checkpoints when idle instead (Settings.checkpoint_every_s), keeping the WAL replay short.
     con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
+    # close() must not checkpoint on its own: on a full disk that invalidates the database and grows
+    # the file; Echo checkpoints explicitly, only when there is room (Writer.checkpoint).
+    con.execute("PRAGMA disable_checkpoint_on_shutdown")
     seal(con, memory_limit)  # no files/URLs/extensions, settings locked, from here on
     log.info("store %s at schema v%d, memory_limit %s", db_path, version, duckdb_setting(con, "memory_limit"))
     return con
@@ -86,6 +101,8 @@ class _Running:
     grpc_server: grpc.Server | None = None
     http_server: AsgiServer | None = None
     started_services: list[Service] = field(default_factory=list)
+    snapshots: Snapshots | None = None
+    analysis: Sandbox | None = None
 
 
 class Echo:
@@ -100,17 +117,26 @@ class Echo:
         self._run: _Running | None = None
         self._stopping = threading.Event()
         self.reader: Reader
+        """Project SQL (the tools' named queries) on the store's own instance."""
+        self.analysis: Sandbox
+        """Callers' SQL (``run_analysis``): worker processes reading a snapshot, see :mod:`echo.sandbox`."""
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> Echo:
         s = self.settings
         self._lock.acquire()
         try:
-            con = open_store(s.db_path, s.duckdb_memory_limit)
-            writer = Writer(con.cursor(), self.stats, s.queue_rows, s.batch_rows, s.retry_after_s)
+            con = open_store(self._lock.real_path, s.duckdb_memory_limit)
+            self._lock.cover()  # a store created just now: lock its inode too (hard links)
+            writer = Writer(con.cursor(), self.stats, s.queue_rows, s.batch_rows, s.retry_after_s,
+                            self._lock.real_path, s.checkpoint_every_s)  # fmt: skip
+            writer.checkpoint()  # a WAL replayed at this start is not replayed again at the next
             self.stats.queue_rows = lambda: writer.queued_rows
             self._run = run = _Running(con, writer)
             self.reader = Reader(con)
+            run.snapshots = Snapshots(self._lock.real_path, writer.hold)
+            limits = SandboxLimits(memory_limit_bytes(s.analysis_memory_limit, ""), s.analysis_workers)
+            run.analysis = self.analysis = Sandbox(run.snapshots.current, limits)
             writer.start()
             self._start_listeners(run)
         except BaseException:
@@ -149,9 +175,16 @@ class Echo:
                 run.grpc_server.stop(grace_s).wait()
             if run.http_server is not None:
                 run.http_server.stop()  # in-flight requests finish: the writer still commits
+            if run.analysis is not None:
+                run.analysis.close()
             run.writer.stop()
+            if run.snapshots is not None:
+                run.snapshots.remove_all()
             try:
-                run.con.execute("CHECKPOINT")
+                if run.writer.condition.reason is None and run.writer.failed is None:
+                    run.writer.checkpoint()  # skipped without room: the WAL replays at the next start
+                else:
+                    log.warning("no checkpoint at shutdown: %s", run.writer.condition.describe())
             finally:
                 run.con.close()
         self._lock.release()
@@ -180,7 +213,7 @@ class Echo:
 
     @property
     def ready(self) -> bool:
-        return self._run is not None and self._run.writer.running and not self._stopping.is_set()
+        return self._run is not None and self._run.writer.healthy and not self._stopping.is_set()
 
     def listening(self) -> dict[str, object]:
         """The one JSON object ``rankecho serve`` prints when every listener is up."""
@@ -203,7 +236,14 @@ class Echo:
         def readyz() -> tuple[int, str, bytes]:
             if self.ready:
                 return 200, "text/plain", b"ready\n"
-            return 503, "text/plain", b"not ready: starting or draining\n"
+            run = self._run
+            if run is not None and run.writer.failed is not None:
+                why = f"the store failed ({run.writer.failed}): restart Echo"
+            elif run is not None and run.writer.condition.reason is not None:
+                why = run.writer.condition.describe()
+            else:
+                why = "starting or draining"
+            return 503, "text/plain", f"not ready: {why}\n".encode()
 
         def metrics() -> tuple[int, str, bytes]:
             return 200, "text/plain; version=0.0.4", ops.render(self.stats.snapshot()).encode()

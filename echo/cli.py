@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from echo.mcp import cli as mcp_cli
-from echo.settings import DEFAULT_MEMORY_LIMIT, QUERY_MEMORY_LIMIT
+from echo.settings import ANALYSIS_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT, QUERY_MEMORY_LIMIT
 from echo.stress import cli as stress_cli
 
 
@@ -96,6 +96,20 @@ def add_serve(subparsers: Any) -> None:
         help="DuckDB memory limit for the store, writer and queries together (e.g. 4GB, 512MiB; "
         f"default {DEFAULT_MEMORY_LIMIT}; DuckDB's own default would be 80%% of RAM)",
     )
+    p.add_argument(
+        "--analysis-memory-limit",
+        default=ANALYSIS_MEMORY_LIMIT,
+        metavar="SIZE",
+        help="most memory one run_analysis worker process may use; past it the query is stopped "
+        f"(default {ANALYSIS_MEMORY_LIMIT})",
+    )
+    p.add_argument(
+        "--analysis-workers",
+        type=int,
+        default=2,
+        metavar="N",
+        help="run_analysis queries that run at once, each in its own worker process (default 2)",
+    )
     p.set_defaults(handler=_serve)
 
 
@@ -113,7 +127,7 @@ def add_query(subparsers: Any) -> None:
         "--memory-limit",
         default=QUERY_MEMORY_LIMIT,
         metavar="SIZE",
-        help=f"DuckDB memory limit (default {QUERY_MEMORY_LIMIT})",
+        help=f"most memory the query's worker process may use (default {QUERY_MEMORY_LIMIT})",
     )
     p.add_argument("sql", help="one SELECT statement")
     p.set_defaults(handler=_query)

@@ -1,8 +1,9 @@
 """``rankecho query``: one read-only statement on a store file that no Echo holds.
 
-Uses the same :class:`echo.store.reader.Reader` (and statement check) as Echo's own read API, on a
-store opened read-only and sealed like ``rankecho mcp`` does (:func:`echo.guard.instance.open_sealed`):
-even a statement that slipped past the check can reach no file, URL or extension and change no setting.
+Runs like ``fleet.cluster.run_analysis``: the SQL guard (:func:`echo.guard.check_sql`), then one
+analysis worker process (:class:`echo.sandbox.Sandbox`) that attaches the store read-only in a sealed
+instance (no file, URL or extension; settings locked) under a hard memory cap (``--memory-limit``) and
+a deadline. Errors are printed with the same masking as MCP (:func:`echo.guard.safe_message`: no paths).
 Exit codes: 0 ok, 1 query refused or failed (or a bad ``--memory-limit``), 3 store held by a running Echo.
 
 Usage::
@@ -19,13 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
-from echo.guard.instance import open_sealed
-from echo.settings import SettingsError, memory_limit_bytes
+from echo.guard import Refused, check_sql, safe_message
+from echo.sandbox import Sandbox, SandboxLimits
+from echo.settings import QUERY_MEMORY_LIMIT, SettingsError, memory_limit_bytes
 from echo.store.lock import is_locked, read_holder
-from echo.store.readcheck import ReadOnlyViolation, check_read_only
-from echo.store.reader import QueryError, QueryResult, QueryTimeoutError, Reader
+from echo.store.reader import QueryError, QueryResult, QueryTimeoutError
 
 
 def _jsonable(value: Any) -> Any:
@@ -47,15 +46,19 @@ def run_query(
     timeout_s: float,
     max_rows: int,
     memory_limit: str | None = None,
-    check: Callable[[str], str] = check_read_only,
+    check: Callable[[str], str] = check_sql,
 ) -> QueryResult:
-    """Open ``db`` sealed, run one statement through ``check`` and the Reader, close. ``check`` is the
-    statement gate; tests pass one that lets everything through to show the sealed instance holds."""
-    con = open_sealed(db, memory_limit)
+    """Run one statement through ``check`` in a sandbox worker reading ``db``. ``check`` is the
+    statement gate; tests pass one that lets everything through to show the sealed worker holds."""
+    if not db.is_file():
+        raise FileNotFoundError(f"no database file at {db}: pass the path of an Echo store (echo.db)")
+    cap = memory_limit_bytes(memory_limit or QUERY_MEMORY_LIMIT, "--memory-limit")
+    limits = SandboxLimits(cap, workers=1)
+    sandbox = Sandbox(lambda: db, limits, check=check)
     try:
-        return Reader(con, check=check).query(sql, timeout_s=timeout_s, max_rows=max_rows)
+        return sandbox.query(sql, timeout_s=timeout_s, max_rows=max_rows)
     finally:
-        con.close()
+        sandbox.close()
 
 
 def main(args: argparse.Namespace) -> int:
@@ -75,11 +78,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         memory_limit_bytes(args.memory_limit, "--memory-limit")
         result = run_query(db, args.sql, args.timeout, args.max_rows, args.memory_limit)
-    except (ReadOnlyViolation, QueryError, QueryTimeoutError, SettingsError) as exc:
-        print(f"rankecho query: {exc}", file=sys.stderr)
-        return 1
-    except duckdb.Error as exc:
-        print(f"rankecho query: cannot open {db}: {exc}", file=sys.stderr)
+    except (Refused, QueryError, QueryTimeoutError, SettingsError, FileNotFoundError) as exc:
+        print(f"rankecho query: {safe_message(exc, 2000)}", file=sys.stderr)
         return 1
     if args.json:
         rows = [[_jsonable(v) for v in row] for row in result.rows]

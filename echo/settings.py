@@ -21,6 +21,7 @@ GPU_RATES_ENV = "RANKECHO_GPU_RATES"
 DEFAULT_MEMORY_LIMIT = "4GB"
 """DuckDB's own default is 80% of the machine's RAM, far too much for a service sharing a node."""
 QUERY_MEMORY_LIMIT = "2GB"
+ANALYSIS_MEMORY_LIMIT = "1GB"
 """For the offline readers (``rankecho query``, ``rankecho mcp``), which run beside other work."""
 MIN_MEMORY_BYTES = 64 * 1024 * 1024
 _MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
@@ -94,9 +95,17 @@ class Settings:
     http_max_connections: int = 256
     """Open connections per HTTP listener; past it requests are answered 503 (clients retry)."""
     http_idle_timeout_s: int = 60
+    checkpoint_every_s: float = 60.0
+    """The writer folds the write-ahead log into the store file this often when idle, so a restart
+    replays at most this long's worth of log (and never checkpoints without room on the volume)."""
     """Seconds an HTTP connection may sit idle (before a request, between requests, or mid-body)."""
     duckdb_memory_limit: str = DEFAULT_MEMORY_LIMIT
     """DuckDB's ``memory_limit`` for the store instance (writer and readers together), e.g. ``4GB``."""
+    analysis_memory_limit: str = ANALYSIS_MEMORY_LIMIT
+    """Most memory (RSS) one analysis worker may use for callers' SQL (``run_analysis``), e.g. ``1GB``;
+    past it the worker is killed and the query refused. Echo's own process never holds that memory."""
+    analysis_workers: int = 2
+    """Callers' queries that run at once, each in its own worker process; more wait for a free one."""
     mcp_token: str | None = None
     """A separate bearer token for MCP over HTTP (AI agents), so they need not hold the producers'
     token; None: MCP takes ``token``. Set, it is required even with ``insecure_no_auth``."""
@@ -126,6 +135,9 @@ class Settings:
         if self.decode_threads < 1 or self.http_max_connections < 1 or self.http_idle_timeout_s < 1:
             raise SettingsError("decode_threads, http_max_connections and http_idle_timeout_s must be >= 1")
         memory_limit_bytes(self.duckdb_memory_limit, "--duckdb-memory-limit")
+        memory_limit_bytes(self.analysis_memory_limit, "--analysis-memory-limit")
+        if self.analysis_workers < 1:
+            raise SettingsError("--analysis-workers must be at least 1")
 
     @property
     def mcp_bearer(self) -> str | None:
@@ -194,6 +206,8 @@ def settings_from_args(args: Any, env: Mapping[str, str] = os.environ) -> Settin
         max_message_bytes=args.max_message_bytes,
         queue_rows=args.queue_rows,
         duckdb_memory_limit=args.duckdb_memory_limit,
+        analysis_memory_limit=args.analysis_memory_limit,
+        analysis_workers=args.analysis_workers,
         mcp_token=read_token(args.mcp_token_file, env, MCP_TOKEN_ENV, "--mcp-token-file"),
         gpu_rates=gpu_rates_path(args.gpu_rates, env),
     )

@@ -110,6 +110,10 @@ M_GPU_TEMP: Final = "rankecho.gpu.temperature"
 M_GPU_POWER: Final = "rankecho.gpu.power"
 M_GPU_THROTTLE: Final = "rankecho.gpu.throttle_reasons"
 M_AGENT_DROPS: Final = "rankecho.agent.dropped_events"
+M_AGENT_SPOOL_POINTS: Final = "rankecho.agent.spool.points"
+"""value_int = points waiting in the agent's disk spool (Echo unreachable, or the spool draining)."""
+M_AGENT_SPOOL_AGE: Final = "rankecho.agent.spool.age_s"
+"""value_double = seconds since the oldest spooled request was written (0 when the spool is empty)."""
 
 # --- How Echo turns resource/point attributes into columns ---------------------------------------
 # First key present wins; resource attributes are consulted before point attributes (docs/contract.md).

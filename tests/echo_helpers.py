@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from contextlib import contextmanager
 from pathlib import Path
@@ -177,3 +178,49 @@ def scripted_collector(
         yield col, f"127.0.0.1:{port}"
     finally:
         server.stop(0)
+
+
+def wait_until(cond: Callable[[], bool], what: str, timeout_s: float = 30.0, poll_s: float = 0.02) -> None:
+    """Poll ``cond`` until it holds; fail naming ``what`` after ``timeout_s`` (no wait without a deadline)."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:g} s waiting for {what}"
+        time.sleep(poll_s)
+
+
+class RestartableEcho:
+    """Echo in this process on one fixed gRPC port and one store, stopped and started again like a
+    restarted pod, so producers reconnect to the same address (fault tests)."""
+
+    def __init__(self, db: Path) -> None:
+        from echo.settings import HostPort, Settings
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        self.settings = Settings(db_path=db, token=TEST_TOKEN, otlp_grpc=HostPort("127.0.0.1", port),
+                                 otlp_http=None, mcp_http=None)  # fmt: skip
+        self.echo: Any = None
+
+    @property
+    def address(self) -> str:
+        return str(self.settings.otlp_grpc)
+
+    def up(self) -> float:
+        """Start; returns the monotonic time Echo was listening again."""
+        from echo.app import Echo
+
+        self.echo = Echo(self.settings).start()
+        return time.monotonic()
+
+    def down(self) -> None:
+        if self.echo is not None:
+            self.echo.stop()
+            self.echo = None
+
+    def committed(self) -> int:
+        """Events this run of Echo committed (0 while down)."""
+        return int(self.echo.stats.snapshot().committed) if self.echo is not None else 0
+
+    def stored(self) -> int:
+        return int(self.echo.reader.query("SELECT count(*) FROM events").rows[0][0])

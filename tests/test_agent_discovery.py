@@ -63,12 +63,40 @@ def test_checks_name_the_fix(tmp_path: Path) -> None:
     assert not check.check_nvml().required
 
 
-def test_check_command_prints_every_check() -> None:
-    out = subprocess.run([sys.executable, "-m", "rankecho", "agent", "check"], capture_output=True, text=True,
-                         cwd=ROOT)
+def failed_checks(stdout: str) -> list[str]:
+    """Names of the required checks a check run printed as failed, in order."""
+    return re.findall(r"^\[FAIL\] ([^:]+):", stdout, re.MULTILINE)
+
+
+def run_check(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rankecho", "agent", "check", *args], capture_output=True,
+                          text=True, cwd=ROOT)
+
+
+def test_check_command_prints_every_check_and_exits_by_the_required_ones() -> None:
+    out = run_check()
     for name in ("privileges", "BTF", "tracefs", "bcc", "kernel headers", "processes", "probe cost", "NVML"):
         assert f"] {name}:" in out.stdout
-    assert out.returncode == (0 if out.stdout.rstrip().endswith("ready") else 1)
+    # The exit code and the verdict follow from the [FAIL] lines alone (warnings never fail the check).
+    failed = failed_checks(out.stdout)
+    verdict = out.stdout.rstrip().splitlines()[-1]
+    assert (out.returncode, verdict) == ((1, f"not ready: {', '.join(failed)}") if failed else (0, "ready"))
+
+
+def test_check_command_exits_1_naming_a_missing_library() -> None:
+    out = run_check("--nccl-lib", "/nonexistent/libnccl.so.2")
+    failed = failed_checks(out.stdout)
+    assert out.returncode == 1 and "libraries" in failed
+    assert out.stdout.rstrip().splitlines()[-1] == f"not ready: {', '.join(failed)}"
+
+
+def test_check_main_exits_by_the_required_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # An empty fixture host: no tracefs and no kernel headers (required), no BTF (only a warning).
+    code = check.main(proc_root=str(tmp_path), sys_root=str(tmp_path), modules_root=str(tmp_path))
+    out = capsys.readouterr().out
+    failed = failed_checks(out)
+    assert {"tracefs", "kernel headers"} <= set(failed) and "BTF" not in failed and "[warn] BTF:" in out
+    assert code == 1 and out.rstrip().splitlines()[-1] == f"not ready: {', '.join(failed)}"
 
 
 def test_ebpf_flag_prints_the_program_with_its_knobs() -> None:

@@ -17,6 +17,10 @@ from agent.identity import (
     parse_environ,
     parse_stat_start,
     read_process,
+    short_hash,
+    split_child_id,
+    unaligned_comm_id,
+    unique_id_hash,
 )
 from agent.tracker import Tracker
 from shared import contract as c
@@ -30,14 +34,16 @@ class Rank:
     """One simulated rank process seen by its own node's tracker."""
 
     def __init__(
-        self, rank: int, world: int, pid: int = 100, start: int = 7, env_rank: int | None = None
+        self, rank: int, world: int, pid: int = 100, start: int = 7, env_rank: int | None = None,
+        node: str = "node", boot_ns: int = 1_000_000_000_000, job_key: str = "m:1", **tracker_kwargs: Any,
     ) -> None:
+        """``node`` names the tracker's node; ``boot_ns`` is that node's realtime at monotonic 0."""
         self.points: list[tuple[Any, Any]] = []
         self.pid = pid
-        env = EnvIdentity(rank=env_rank, world_size=world if env_rank is not None else None, job_key="m:1")
+        env = EnvIdentity(rank=env_rank, world_size=world if env_rank is not None else None, job_key=job_key)
         infos = {pid: ProcessInfo(pid, start, env)}
-        clock = ClockConverter(realtime=lambda: 1_000_000_000_000, monotonic=lambda: 0)
-        self.t = Tracker("node", clock, infos.get, lambda k, p: self.points.append((k, p)))
+        clock = ClockConverter(realtime=lambda: boot_ns, monotonic=lambda: 0)
+        self.t = Tracker(node, clock, infos.get, lambda k, p: self.points.append((k, p)), **tracker_kwargs)
         self.rank, self.world = rank, world
 
     def call(self, fn: FN, ts: int, ts2: int, a0: int = 0, a1: int = 0, a2: int = 0, a3: int = 0) -> None:
@@ -186,6 +192,155 @@ def test_event_ids_are_stable_and_distinct() -> None:
     ids_a = [p.attributes[c.EVENT_ID] for _, p in a.points]
     assert ids_a == [p.attributes[c.EVENT_ID] for _, p in b.points]
     assert len(set(ids_a)) == len(ids_a)
+
+
+class Node:
+    """One node's agent: one tracker (its own node name and clock) over several rank processes.
+
+    Local rank ``i`` runs as pid ``100 + i`` with start ticks 7 on *every* node, as containers do, so
+    nothing but the node name tells two nodes' processes apart."""
+
+    def __init__(self, name: str, ranks: list[int], world: int, boot_ns: int, mono_ns: int) -> None:
+        self.points: list[tuple[Any, Any]] = []
+        self.pids = {rank: 100 + i for i, rank in enumerate(ranks)}
+        self.world, self.mono = world, mono_ns
+        infos = {pid: ProcessInfo(pid, 7, EnvIdentity(job_key="m:1")) for pid in self.pids.values()}
+        clock = ClockConverter(realtime=lambda: boot_ns, monotonic=lambda: 0)
+        self.t = Tracker(name, clock, infos.get, lambda k, p: self.points.append((k, p)))
+
+    def call(self, rank: int, fn: FN, ts: int, a0: int = 0, a1: int = 0, a2: int = 0, a3: int = 0) -> None:
+        pid = self.pids[rank]
+        self.t.handle(CallRecord(pid, pid, fn, self.mono + ts, self.mono + ts + 10_000, a0, a1, a2, a3, 0))
+
+    def run(self, rank: int) -> None:
+        """World init, a split by parity, 3 steps of an all-reduce, one child all-reduce, one send or
+        receive between ranks 1 and 2; handles are this process's own pointers (they differ per rank)."""
+        pid, world_h, child_h = self.pids[rank], 0xC000 + rank, 0xD000 + rank
+        init = CallRecord(pid, pid, FN.COMM_INIT_RANK, self.mono + MS, self.mono + 2 * MS, 0, self.world,
+                          rank, world_h, 0)
+        self.t.handle(InitRecord(init, UID))
+        split = CallRecord(pid, pid, FN.COMM_SPLIT, self.mono + 3 * MS, self.mono + 4 * MS, world_h,
+                           rank % 2, rank, child_h, 0)
+        self.t.handle(InitRecord(split, b"\0" * 128))
+        for s in range(3):
+            self.call(rank, FN.ALL_REDUCE, (10 + 100 * s + rank) * MS, a0=world_h, a1=STREAM, a2=1024, a3=7)
+            self.call(rank, FN.STREAM_SYNC, (20 + 100 * s) * MS, a1=STREAM)
+        self.call(rank, FN.ALL_REDUCE, 400 * MS, a0=child_h, a1=STREAM, a2=64, a3=7)
+        if rank in (1, 2):
+            peer = 3 - rank
+            self.call(rank, FN.SEND if rank == 1 else FN.RECV, 410 * MS, a0=world_h, a1=STREAM, a2=16,
+                      a3=7 | (peer << 16))
+        self.call(rank, FN.STREAM_SYNC, 420 * MS, a1=STREAM)
+
+    def by_rank(self, metric: str) -> dict[int, list[Any]]:
+        ranks = {pid: rank for rank, pid in self.pids.items()}
+        out: dict[int, list[Any]] = {rank: [] for rank in self.pids}
+        for key, p in self.points:
+            if p.metric_name == metric:
+                out[ranks[key[0]]].append(p)
+        return out
+
+
+def three_nodes() -> list[Node]:
+    """Six ranks on three nodes: a and b share a monotonic clock reading, c booted 5 h later; every
+    node's realtime differs."""
+    layout = {"node-a": [0, 1], "node-b": [2, 3], "node-c": [4, 5]}
+    nodes = [Node(name, ranks, 6, boot_ns=1_700_000_000 * 10**9 + i * 37 * MS,
+                  mono_ns=0 if name != "node-c" else 5 * 3600 * 10**9)
+             for i, (name, ranks) in enumerate(layout.items())]
+    for node in nodes:
+        for rank in node.pids:
+            node.run(rank)
+    return nodes
+
+
+def test_chain_ids_agree_across_nodes_without_root() -> None:
+    nodes = three_nodes()
+    colls = {r: ps for n in nodes for r, ps in n.by_rank(c.M_COLLECTIVE).items()}
+    chains = {r: [p.attributes[c.CAUSAL_CHAIN_ID] for p in ps] for r, ps in colls.items()}
+    world = {colls[r][0].attributes[c.COMM_ID] for r in range(6)}
+    assert len(world) == 1, "ranks on different nodes disagree on the world communicator's id"
+    (comm,) = world
+    # The three world all-reduces: one id per instance, equal on all six ranks of the three nodes.
+    for s in range(3):
+        assert {chains[r][s] for r in range(6)} == {c.causal_chain_id(comm, s)}
+    # The child all-reduce: one id per color (even ranks, odd ranks), each spanning nodes.
+    child = {r: chains[r][3] for r in range(6)}
+    assert child[0] == child[2] == child[4] != child[1] == child[3] == child[5]
+    assert child[0].endswith(":0") and not child[0].startswith(comm)
+    # Send on node-a, receive on node-b: one chain for the pair's first message.
+    assert chains[1][4] == chains[2][4] == c.causal_chain_id(f"{comm}.1>2", 0)
+    # Host events carry the step they happened in: the first step's syncs join on every node.
+    syncs = {r: ps[0] for n in nodes for r, ps in n.by_rank(c.M_CUDA_SYNC).items()}
+    assert {p.attributes[c.CAUSAL_CHAIN_ID] for p in syncs.values()} == {c.causal_chain_id(comm, 0)}
+
+
+def test_event_ids_differ_across_nodes_whose_processes_look_alike() -> None:
+    nodes = three_nodes()
+    ids = [p.attributes[c.EVENT_ID] for n in nodes for _, p in n.points]
+    assert len(ids) == len(set(ids)), "two events share an id: Echo would keep only one of them"
+    # node-a and node-b saw byte-identical records from their local rank 0 (pid 100, same clock
+    # reading): only the node name separates their ids.
+    a, b = nodes[0].by_rank(c.M_CUDA_SYNC)[0], nodes[1].by_rank(c.M_CUDA_SYNC)[2]
+    assert [p.timestamp_ns - nodes[0].t.clock.to_unix(0) for p in a] == [
+        p.timestamp_ns - nodes[1].t.clock.to_unix(0) for p in b]
+    assert not {p.attributes[c.EVENT_ID] for p in a} & {p.attributes[c.EVENT_ID] for p in b}
+
+
+def test_event_id_follows_each_part_of_the_event() -> None:
+    def malloc_ids(start_ticks: int = 7, tid: int = 100, ts: int = 50 * MS, steps: int = 0) -> list[str]:
+        r = Rank(0, 1, start=start_ticks)
+        r.init()
+        for s in range(steps):
+            r.step((10 + 10 * s) * MS, (15 + 10 * s) * MS)
+        r.t.handle(CallRecord(r.pid, tid, FN.MALLOC, ts, ts + MS, 0, 0, 64, 0, 0))
+        r.t.handle(CallRecord(r.pid, tid, FN.FREE, ts, ts + MS, 0, 0, 0, 0, 0))
+        return [p.attributes[c.EVENT_ID] for p in r.metric(c.M_CUDA_MALLOC) + r.metric(c.M_CUDA_FREE)]
+
+    base = malloc_ids()
+    assert base == malloc_ids(), "the same event must get the same id (a resend is stored once)"
+    assert base[0] != base[1]  # metric: a malloc and a free at the same instant on the same thread
+    variants = {
+        "process start (a reused pid)": malloc_ids(start_ticks=8),
+        "thread": malloc_ids(tid=101),
+        "timestamp": malloc_ids(ts=50 * MS + 1),
+        "step (causal chain)": malloc_ids(steps=1),
+    }
+    for part, other in variants.items():
+        assert not set(other) & set(base), f"the event id ignores the {part}"
+
+
+def test_event_id_is_the_hash_of_its_documented_parts() -> None:
+    looked_up: list[int] = []
+    r = Rank(0, 1, thread_name=lambda pid, tid: looked_up.append(tid) or f"worker-{pid}.{tid}")
+    r.call(FN.MALLOC, 5 * MS, 6 * MS, a2=64)  # before any communicator: no chain
+    r.init()
+    r.step(10 * MS, 20 * MS)
+    r.step(30 * MS, 40 * MS)
+    [malloc] = r.metric(c.M_CUDA_MALLOC)
+    assert malloc.attributes[c.EVENT_ID] == short_hash("node", (100, 7), c.M_CUDA_MALLOC, 100, 5 * MS, "")
+    assert malloc.attributes[c.THREAD_NAME] == "worker-100.100" and looked_up == [100]  # read once per thread
+    [health] = r.metric(c.M_HEALTH)  # a per-process point: no thread, thread 0 in the id
+    assert c.TID not in health.attributes and c.THREAD_NAME not in health.attributes
+    chain = health.attributes[c.CAUSAL_CHAIN_ID]
+    assert health.attributes[c.EVENT_ID] == short_hash("node", (100, 7), c.M_HEALTH, 0, 40 * MS, chain)
+
+
+def test_short_hash_is_pinned_and_unambiguous() -> None:
+    # Spooled batches replay after an agent upgrade, and during a rolling upgrade two nodes run different
+    # agent versions that must still agree on comm ids: the derivations must not drift between versions.
+    assert short_hash("node-a", (100, 7), c.M_CUDA_MALLOC, 100, 5, "") == "ddea9d0840ec3a58"
+    assert unique_id_hash(UID) == "3de787eeed5d7ad9"
+    assert split_child_id("p", 0, 1) == "6e0025218a100632"
+    assert unaligned_comm_id("m:1", 8, 0) == "820cef9ea640131f"
+    assert len(short_hash("x")) == 16 and short_hash(b"x") == short_hash("x")
+    assert short_hash("ab", "c") != short_hash("a", "bc") != short_hash("abc")
+    assert unique_id_hash(UID) != unique_id_hash(UID[:-1] + b"\1")
+    assert split_child_id("p", 0, 1) not in {split_child_id("p", 1, 1), split_child_id("p", 0, 0),
+                                             split_child_id("q", 0, 1)}
+    assert unaligned_comm_id("m:1", 8, 0) not in {unaligned_comm_id("m:2", 8, 0),
+                                                  unaligned_comm_id("m:1", 4, 0),
+                                                  unaligned_comm_id("m:1", 8, 1)}
 
 
 def test_health_drops_for_a_slow_step_only() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 from shared import contract
@@ -37,8 +39,14 @@ def test_contract_names_are_unique() -> None:
     assert len(values) == len(set(values)), "two contract constants share a wire name"
 
 
-def test_causal_chain_id_is_rank_independent() -> None:
-    assert contract.causal_chain_id("9f3a", 14) == contract.causal_chain_id("9f3a", 14) == "9f3a:14"
+def test_causal_chain_id_is_the_communicator_and_sequence_only() -> None:
+    assert contract.causal_chain_id("9f3a", 14) == "9f3a:14"
+    # Nothing rank- or node-specific can enter it: its only inputs are what every rank shares.
+    assert list(inspect.signature(contract.causal_chain_id).parameters) == ["comm_id", "seq"]
+    comms, seqs = ("9f3a", "9f3b", "9f3a.0>1"), (0, 1, 14, 141)
+    ids = {contract.causal_chain_id(comm, seq) for comm in comms for seq in seqs}
+    assert len(ids) == 12, "two collective instances share a chain id"
+    # tests/test_agent_tracker.py checks the same id arises on ranks of several nodes.
 
 
 def test_wire_encoder_parses_to_what_the_protobuf_builder_makes() -> None:

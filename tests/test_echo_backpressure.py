@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 from conftest import local_settings
-from echo_helpers import TEST_TOKEN, grpc_export, http_post, node_request
+from echo_helpers import TEST_TOKEN, grpc_export, http_post, node_request, wait_until
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.sdk.metrics.export import MetricExportResult
 from test_echo_interop import sdk_metrics
@@ -44,8 +44,7 @@ def test_full_queue_says_retry_later_and_nothing_is_lost(echo: Echo) -> None:
             target=lambda: (grpc_export(echo.grpc_address or "", first, TEST_TOKEN), acked.append("first"))
         )
         waiting.start()
-        while echo.writer.queued_rows < 80:
-            waiting.join(0.01)
+        wait_until(lambda: echo.writer.queued_rows >= 80, "the first request to be queued", timeout_s=10)
         with pytest.raises(grpc.RpcError) as info:
             grpc_export(echo.grpc_address or "", second, TEST_TOKEN)
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -81,8 +80,7 @@ def test_otel_sdk_exporter_waits_as_long_as_echo_asks(tmp_path: Path) -> None:
                     target=grpc_export, args=(echo.grpc_address or "", node_request("first", 80), TEST_TOKEN)
                 )
                 filler.start()
-                while echo.writer.queued_rows < 80:
-                    filler.join(0.01)
+                wait_until(lambda: echo.writer.queued_rows >= 80, "the filler to be queued", timeout_s=10)
                 started = time.monotonic()
                 sending = threading.Thread(
                     target=lambda: results.append(exporter.export(sdk_metrics("sdk", stamps)))

@@ -13,8 +13,8 @@ import pytest
 from echo_helpers import TEST_TOKEN, grpc_export, node_request
 
 from echo.app import Echo
+from echo.guard import Refused
 from echo.query_cmd import run_query
-from echo.store.readcheck import ReadOnlyViolation
 from echo.store.reader import QueryError, QueryTimeoutError, Reader
 
 
@@ -38,7 +38,7 @@ def filled(echo_inproc: Echo) -> Echo:
     ],
 )
 def test_refuses_writes_and_multiple_statements(filled: Echo, sql: str) -> None:
-    with pytest.raises(ReadOnlyViolation):
+    with pytest.raises(Refused):
         filled.reader.query(sql)
     assert filled.reader.query("SELECT count(*) FROM events").rows == [(2000,)]
 
@@ -96,6 +96,20 @@ def test_query_cli_on_a_stopped_store(filled: Echo) -> None:
         [*cmd, "--memory-limit", "4", "SELECT 1"], capture_output=True, text=True, timeout=60
     )
     assert bad.returncode == 1 and "--memory-limit '4'" in bad.stderr and "Traceback" not in bad.stderr
+    # errors are masked as MCP masks them: the store is 'store', never its file name or folder
+    named = subprocess.run(
+        [*cmd, "SELECT nope.main.events.node_id FROM events"], capture_output=True, text=True, timeout=60
+    )
+    assert named.returncode == 1 and 'Candidate tables: "store.main.events"' in named.stderr
+    assert f'"{Path(db).stem}.' not in named.stderr and Path(db).name not in named.stderr
+    assert str(Path(db).parent) not in named.stderr
+    hog = subprocess.run(
+        [*cmd, "--memory-limit", "256MB", "SELECT range(1000000) FROM range(1024)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert hog.returncode == 1 and "and was stopped" in hog.stderr and "Traceback" not in hog.stderr
 
 
 def let_through(sql: str) -> str:
@@ -109,12 +123,13 @@ def test_query_cmd_opens_the_store_sealed(filled: Echo, tmp_path: Path) -> None:
     db = filled.settings.db_path
     filled.stop()
     read_file = f"SELECT * FROM read_csv('{secret}')"
-    with pytest.raises(ReadOnlyViolation):
+    with pytest.raises(Refused):
         run_query(db, read_file, timeout_s=5, max_rows=10)  # the guard refuses first
     with pytest.raises(QueryError, match="file system operations are disabled"):
         run_query(db, read_file, timeout_s=5, max_rows=10, check=let_through)
     with pytest.raises(QueryError, match="configuration has been locked"):
         run_query(db, "SET enable_external_access = true", timeout_s=5, max_rows=10, check=let_through)
     limit = "SELECT current_setting('memory_limit')"
-    assert run_query(db, limit, 5, 10, "256MiB", check=let_through).rows == [("256.0 MiB",)]
+    # the worker gives DuckDB 60% of its cap; the rest is headroom for what DuckDB does not count
+    assert run_query(db, limit, 5, 10, "256MiB", check=let_through).rows == [("153.0 MiB",)]
     assert run_query(db, "SELECT count(*) FROM events", timeout_s=5, max_rows=10).rows == [(2000,)]

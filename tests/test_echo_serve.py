@@ -17,7 +17,7 @@ import duckdb
 import grpc
 import pyarrow as pa
 import pytest
-from echo_helpers import TEST_TOKEN, grpc_export, node_request
+from echo_helpers import TEST_TOKEN, grpc_export, node_request, wait_until
 
 from bench.launch.echo import EchoProcess
 from echo.store.lock import StoreLock, StoreLockedError, is_locked
@@ -99,8 +99,8 @@ def test_sigterm_drains_and_every_acknowledged_event_is_stored(echo_process: Ech
     producers = [threading.Thread(target=produce, args=(p,)) for p in range(4)]
     for t in producers:
         t.start()
-    while len(acked) < 2000:
-        time.sleep(0.05)
+    wait_until(lambda: len(acked) >= 2000 or failed.is_set(), "2000 acknowledged events", timeout_s=60)
+    assert not failed.is_set(), "an export failed before Echo was asked to stop"
     assert echo_process.proc is not None
     echo_process.proc.send_signal(signal.SIGTERM)
     for t in producers:

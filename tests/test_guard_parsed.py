@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from echo.guard import Refused, project_policy
-from echo.guard.parsed import _walk, serialize
+from echo.guard.parsed import _walk, check_parsed, serialize
 
 
 def _node(sql: str) -> dict[str, Any]:
@@ -67,3 +67,40 @@ def test_remembered_decisions_match_fresh_ones() -> None:
     narrower = Policy.for_relations(["other_table"])
     with pytest.raises(Refused, match="unknown table"):
         check_sql(allowed, narrower)  # same text, other policy: decided for that policy
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "WITH schema_version AS (SELECT * FROM schema_version) SELECT * FROM schema_version",
+        "WITH a AS (FROM schema_version), schema_version AS (SELECT 1) FROM a",
+        "WITH RECURSIVE a AS (FROM schema_version), schema_version AS (SELECT 1) FROM a",
+        "WITH RECURSIVE t AS (SELECT * FROM t UNION ALL SELECT 1) SELECT * FROM t",  # the anchor is not t
+    ],
+)
+def test_a_cte_body_does_not_see_its_own_or_later_names(sql: str) -> None:
+    """DuckDB binds these references to the real table (issue 10): the walk must check them as such."""
+    with pytest.raises(Refused, match=r"unknown table '(schema_version|t)'"):
+        check_parsed(sql, project_policy())
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "WITH events AS (SELECT * FROM events WHERE rank = 5) SELECT count(*) FROM events",
+        "WITH a AS (SELECT 1 AS x), b AS (SELECT * FROM a) SELECT * FROM b, a",
+        "WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t WHERE n < 3) SELECT * FROM t",
+        "SELECT * FROM (WITH q AS (SELECT 1) SELECT * FROM q) s WHERE EXISTS (WITH r AS (SELECT 2) FROM r)",
+    ],
+)
+def test_ctes_in_scope_are_allowed(sql: str) -> None:
+    check_parsed(sql, project_policy())
+
+
+def test_constant_sizes_are_refused_with_what_to_change() -> None:
+    with pytest.raises(Refused, match=r"range\(\) would produce 100,000,000 values.*use a smaller range"):
+        check_parsed("SELECT list_sort(range(10 * 1000 * 1000 * 10))", project_policy())
+    with pytest.raises(Refused, match=r"repeat\(\) asks for 50,000,000 repetitions"):
+        check_parsed("SELECT repeat('a,', 5e7)", project_policy())
+    within = "SELECT len(range(10000000)), repeat('ab', 1000000), repeat('x', rank) FROM events"
+    check_parsed(within, project_policy())

@@ -239,10 +239,14 @@ def test_echo_is_one_replica_statefulset_with_a_volume_for_its_database() -> Non
         "--otlp-http", f"0.0.0.0:{ports['otlpHttp']}",
         "--mcp-http", f"0.0.0.0:{ports['mcpHttp']}",
         "--duckdb-memory-limit", vals["echo"]["duckdbMemoryLimit"],
+        "--analysis-memory-limit", vals["echo"]["analysisMemoryLimit"],
+        "--analysis-workers", str(vals["echo"]["analysisWorkers"]),
     ]
     limit_gib = float(vals["echo"]["duckdbMemoryLimit"].removesuffix("GB")) * 1e9 / 2**30
+    worker_gib = float(vals["echo"]["analysisMemoryLimit"].removesuffix("MB")) * 1e6 / 2**30
+    workers_gib = vals["echo"]["analysisWorkers"] * worker_gib
     pod_gib = float(vals["echo"]["resources"]["limits"]["memory"].removesuffix("Gi"))
-    assert limit_gib < pod_gib, "DuckDB's limit must leave the pod headroom below its memory limit"
+    assert limit_gib + workers_gib + 0.5 < pod_gib, "DuckDB's and the workers' limits must leave headroom"
     by_name = {p["name"]: p["containerPort"] for p in echo["ports"]}
     assert by_name == {"otlp-grpc": 4317, "otlp-http": 4318, "mcp-http": 8000}
     assert echo["readinessProbe"]["httpGet"]["path"] == "/readyz"

@@ -193,17 +193,26 @@ def test_get_cost_uses_the_gpu_model_rates(con: duckdb.DuckDBPyConnection, tmp_p
     assert out["total_cost"] == pytest.approx(4 * hours_per_gpu * (1.0 + 10.0), rel=1e-6)
 
 
+def timed_call(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[dict[str, Any], float]:
+    """run_analysis and the wall-clock ms the whole tool call took around it."""
+    started = time.perf_counter()
+    out = call(con, "fleet.cluster.run_analysis", {"sql": sql})
+    return out, (time.perf_counter() - started) * 1000
+
+
 def test_run_analysis_shape_and_refusal(con: duckdb.DuckDBPyConnection) -> None:
-    out = call(
-        con,
-        "fleet.cluster.run_analysis",
-        {"sql": "SELECT node_id, count(*) AS n FROM events GROUP BY 1 ORDER BY 1"},
-    )
+    out, wall_ms = timed_call(con, "SELECT node_id, count(*) AS n FROM events GROUP BY 1 ORDER BY 1")
     assert out["columns"] == ["node_id", "n"] and out["rows"] == [
         {"node_id": "node-a", "n": 2000},
         {"node_id": "node-b", "n": 2000},
     ]
-    assert out["truncated"] is False and out["row_count"] == 2 and out["elapsed_ms"] > 0
+    assert out["truncated"] is False and out["row_count"] == 2 and 0 < out["elapsed_ms"] <= wall_ms
+    # 160M products take well over 10 ms on any CPU: elapsed_ms measures the query, in milliseconds.
+    heavy, heavy_wall_ms = timed_call(
+        con, "SELECT sum(a.value_double * b.value_double) AS s FROM events a, events b, "
+        "(SELECT 1 FROM events LIMIT 10) c"
+    )
+    assert heavy["row_count"] == 1 and 10 <= heavy["elapsed_ms"] <= heavy_wall_ms
     dup = call(con, "fleet.cluster.run_analysis", {"sql": "SELECT 1 AS x, 2 AS x"})
     assert dup["columns"] == ["x", "x_2"] and dup["rows"] == [{"x": 1, "x_2": 2}]
     with pytest.raises(ToolError, match="Allowed: exactly one read-only SELECT"):

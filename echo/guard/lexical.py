@@ -44,24 +44,43 @@ _ANYWHERE: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"\bquery(_table)?\s*\(|\bjson_(execute|serialize|deserialize)_\w+",
         ),
         ("dollar-quoted and unicode-escape literals are not allowed", r"\$[A-Za-z_]*\$|\b[uU]&['\"]"),
+        (
+            "functions that change state (sequences, logs, checkpoints) are not allowed",
+            r"\b(nextval|setval|write_log|force_checkpoint|checkpoint|truncate_duckdb_logs)\s*\(",
+        ),
     )
 )
 
-# Keywords refused outside string literals and comments.
+# Keywords refused outside string literals and comments where a statement can begin: at the start,
+# after ';', '(' or ')' (``WITH x AS (DELETE ...)``, ``WITH x AS (...) DELETE ...``). Elsewhere they
+# are names (``AS load``, ``sum(x) AS copy``) and the parser layer decides.
 _KEYWORDS = re.compile(
-    r"\b(insert|update|delete|merge|upsert|drop|alter|create|truncate|attach|detach|copy|export|import"
-    r"|install|load|call|checkpoint|pragma|vacuum|grant|revoke|comment)\b",
+    r"(?:^|[;()])\s*(insert|update|delete|merge|upsert|drop|alter|create|truncate|attach|detach|copy|export"
+    r"|import|install|load|force|call|checkpoint|pragma|vacuum|grant|revoke|comment)\b",
     re.IGNORECASE,
 )
 # Statements refused when they open the text (these words are harmless inside a SELECT).
 _LEADING = re.compile(
     r"^\W*(set|reset|use|begin|start|commit|rollback|abort|end|prepare|execute|deallocate|describe|show"
-    r"|summarize|explain|analyze|pivot|unpivot)\b",
+    r"|summarize|explain|analyze)\b",
     re.IGNORECASE,
 )
-# A quoted source after FROM / JOIN, e.g. FROM 'x.csv' or JOIN "/etc/passwd".
-_QUOTED_SOURCE = re.compile(r"\b(from|join)\s*\(?\s*'", re.IGNORECASE)
-_PATHLIKE_IDENT = re.compile(r'"[^"]*[./:\\~][^"]*"')
+# Tokens for finding a string literal used as a FROM item (``FROM 'x.csv'``, ``FROM t, '/etc/passwd'``,
+# ``JOIN ('a.csv')``), which DuckDB would read as a file; the FROM inside ``extract(epoch FROM '...')``
+# or ``trim(... FROM '...')`` is an argument separator, not a clause.
+TOKEN = re.compile(r"'(?:[^']|'')*'?|\"(?:[^\"]|\"\")*\"?|--[^\n]*|/\*.*?(?:\*/|$)|\w+|\S", re.DOTALL)
+_CLAUSES = frozenset(
+    {"select", "where", "group", "having", "order", "qualify", "window", "limit", "offset", "on", "using",
+     "union", "except", "intersect", "values", "pivot", "unpivot", "returning", "by"}
+)
+# A quoted name that looks like a path, URL or data file (a replacement scan would read it); dotted
+# names such as "rankecho.health.score" (pivoted metric columns) are fine.
+_PATHLIKE_IDENT = re.compile(
+    r'"(?:[^"]*[/:\\~][^"]*|[^"]*\.(?:csv|tsv|txt|json|jsonl|ndjson|parquet|gz|zst|zstd|bz2|lz4|db|duckdb'
+    r'|sqlite|sqlite3|arrow|ipc|feather|xlsx|xls|avro|orc|xml|log|tbl|dat|wal))"',
+    re.IGNORECASE,
+)
+_QUOTED_IDENT = re.compile(r'"(?:[^"]|"")*"?')
 _LITERAL_OR_COMMENT = re.compile(r"'(?:[^']|'')*'?|--[^\n]*|/\*.*?(?:\*/|$)", re.DOTALL)
 
 
@@ -89,6 +108,35 @@ def blank_literals(text: str) -> str:
     return _LITERAL_OR_COMMENT.sub(lambda m: " " * len(m.group(0)), text)
 
 
+def _quoted_source(text: str) -> bool:
+    """True when a string literal stands where DuckDB expects a table (a FROM or JOIN item)."""
+    clause: list[str | None] = [None]  # the clause at each parenthesis depth; "call" inside f(...)
+    prev = ""
+    for match in TOKEN.finditer(text):
+        token = match.group(0)
+        low = token.lower()
+        if token.startswith(("--", "/*")):
+            continue
+        if token == "(":
+            if clause[-1] == "from" and low != "" and prev.lower() in ("from", "join", ",", "lateral"):
+                clause.append("from")
+            elif prev[:1].isalnum() or prev[:1] == "_" or prev[:1] == '"':
+                clause.append("call" if prev.lower() not in _CLAUSES | {"from", "join", "as", "in"} else None)
+            else:
+                clause.append(None)
+        elif token == ")":
+            if len(clause) > 1:
+                clause.pop()
+        elif clause[-1] != "call" and low in ("from", "join"):
+            clause[-1] = "from"
+        elif clause[-1] != "call" and low in _CLAUSES:
+            clause[-1] = low
+        elif token.startswith("'") and clause[-1] == "from":
+            return True
+        prev = token
+    return False
+
+
 def check_lexical(sql: str) -> str:
     """Return ``sql`` NFKC-normalised and stripped of one trailing ';', or raise :class:`Refused`."""
     if not isinstance(sql, str) or not sql.strip():
@@ -109,8 +157,13 @@ def check_lexical(sql: str) -> str:
         leading = _LEADING.search(code)
         if leading:
             raise Refused(f"'{leading.group(1).upper()}' statements are not allowed")
-        if _QUOTED_SOURCE.search(form):
+        if _quoted_source(form):
             raise Refused("a quoted string cannot be a FROM source (that would read a file)")
+        if any(not ch.isascii() for ch in _QUOTED_IDENT.sub(" ", code)):
+            raise Refused(
+                "names outside quotes must be plain ASCII (a look-alike letter can hide a function): "
+                'double-quote names such as "métrique"'
+            )
         if _PATHLIKE_IDENT.search(code):
             raise Refused("quoted names that look like paths or URLs are not allowed")
     return text.strip().removesuffix(";").rstrip()

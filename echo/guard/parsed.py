@@ -21,6 +21,8 @@ from typing import Any
 
 import duckdb
 
+from echo.guard.limits import check_sizes
+from echo.guard.pivot import static_twin
 from echo.guard.policy import IDENTIFIER, Policy
 from echo.guard.refusal import Refused
 
@@ -67,6 +69,9 @@ EXPRESSION_CLASSES = frozenset(
     }
 )
 
+CATALOG_SCHEMAS = frozenset({"main", "temp", "system", "pg_catalog", "information_schema", "store", "memory"})
+"""Schema and catalog names where a qualified function call would look a function up, not a column."""
+
 _local = threading.local()
 
 
@@ -83,12 +88,28 @@ def serialize(sql: str) -> dict[str, Any]:
     """DuckDB's AST for one SELECT, as JSON; refuses anything DuckDB will not serialise."""
     try:
         statements = duckdb.extract_statements(sql)
+        if len(statements) != 1:
+            raise Refused(f"exactly one statement is allowed, got {len(statements)}")
+        kind = statements[0].type
     except duckdb.Error as exc:
         raise Refused(f"DuckDB cannot parse the query ({_first_line(exc)})") from None
-    if len(statements) != 1:
-        raise Refused(f"exactly one statement is allowed, got {len(statements)}")
-    if statements[0].type != duckdb.StatementType.SELECT:
-        raise Refused(f"only SELECT statements are allowed, got {statements[0].type.name}")
+    except ValueError as exc:  # a statement type the Python API has no name for (UPDATE EXTENSIONS)
+        if isinstance(exc, Refused):
+            raise
+        raise Refused("only SELECT statements are allowed") from None
+    if kind == duckdb.StatementType.MULTI:
+        twin = static_twin(sql)
+        if twin is None or twin == sql:
+            raise Refused("only SELECT statements are allowed, got MULTI")
+        try:
+            return serialize(twin)
+        except Refused as refused:
+            raise Refused(
+                f"this PIVOT could not be checked ({refused.reason}); list the values instead: "
+                "ON metric_name IN ('a', 'b')"
+            ) from None
+    if kind != duckdb.StatementType.SELECT:
+        raise Refused(f"only SELECT statements are allowed, got {kind.name}")
     raw = _parser().execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
     try:
         tree = json.loads(raw[0]) if raw else None
@@ -110,13 +131,20 @@ def check_parsed(sql: str, policy: Policy) -> None:
 
 
 def _walk(node: Any, policy: Policy, ctes: frozenset[str]) -> None:
+    """Check ``node`` and everything under it; ``ctes`` are the CTE names a table reference here binds to.
+
+    CTE names are scoped the way DuckDB binds them: the body of a WITH entry sees only the entries
+    before it (and the enclosing query's), never itself or later ones, so ``WITH t AS (SELECT * FROM t)``
+    or ``WITH a AS (FROM t), t AS (...) FROM a`` reads the real table ``t`` and is checked as such; the
+    recursive part of a recursive CTE sees its own name; the query after WITH sees all of them.
+    """
     if isinstance(node, list):
         for item in node:
             _walk(item, policy, ctes)
         return
     if not isinstance(node, Mapping):
         return
-    ctes = ctes | _ctes_defined(node)
+    skip = {"qualified_name", "cte_map"}
     if "class" in node:
         _check_expression(node, policy)
     else:
@@ -129,19 +157,28 @@ def _walk(node: Any, policy: Policy, ctes: frozenset[str]) -> None:
             elif kind == "TABLE_FUNCTION":
                 _check_table_function(node, policy, ctes)
                 return
+            elif kind == "RECURSIVE_CTE_NODE":
+                name = str(node.get("cte_name", "")).lower()
+                _walk(node.get("right"), policy, ctes | {name} if IDENTIFIER.match(name) else ctes)
+                skip.add("right")
+    ctes = _walk_ctes(node.get("cte_map"), policy, ctes)
     for key, value in node.items():
-        if isinstance(value, (Mapping, list)) and key != "qualified_name":
+        if isinstance(value, (Mapping, list)) and key not in skip:
             _walk(value, policy, ctes)
 
 
-def _ctes_defined(node: Mapping[str, Any]) -> frozenset[str]:
-    names: set[str] = set()
-    cte_map = node.get("cte_map")
-    if isinstance(cte_map, Mapping):
-        names.update(str(e.get("key", "")).lower() for e in cte_map.get("map", ()) if isinstance(e, Mapping))
-    if node.get("type") == "RECURSIVE_CTE_NODE":
-        names.add(str(node.get("ctename", "")).lower())
-    return frozenset(n for n in names if IDENTIFIER.match(n))
+def _walk_ctes(cte_map: Any, policy: Policy, ctes: frozenset[str]) -> frozenset[str]:
+    """Check each WITH entry with the names defined before it; return the names the query sees."""
+    if not isinstance(cte_map, Mapping):
+        return ctes
+    for entry in cte_map.get("map", ()):
+        if not isinstance(entry, Mapping):
+            raise Refused("this kind of WITH clause is not allowed")
+        _walk(entry.get("value"), policy, ctes)
+        name = str(entry.get("key", "")).lower()
+        if IDENTIFIER.match(name):
+            ctes = ctes | {name}
+    return ctes
 
 
 def _check_expression(node: Mapping[str, Any], policy: Policy) -> None:
@@ -150,10 +187,13 @@ def _check_expression(node: Mapping[str, Any], policy: Policy) -> None:
         raise Refused(f"{str(cls).lower()} expressions are not allowed")
     if cls in {"FUNCTION", "WINDOW"}:
         name = str(node.get("function_name", ""))
-        if node.get("schema") or node.get("catalog"):
+        if node.get("catalog") or str(node.get("schema", "")).lower() in CATALOG_SCHEMAS:
             raise Refused(f"qualified function names are not allowed ({_safe(name)})")
+        # Another ``schema`` is method-call syntax (``node_id.upper()`` is ``upper(node_id)``): the store
+        # defines no schemas or functions of its own, so only the built-in of that name can bind.
         if not policy.allows_function(name):
             raise Refused(f"function {_safe(name)} is not allowed")
+        check_sizes(name, node)
 
 
 def _check_table(node: Mapping[str, Any], policy: Policy, ctes: frozenset[str]) -> None:
@@ -175,6 +215,7 @@ def _check_table_function(node: Mapping[str, Any], policy: Policy, ctes: frozens
     name = str(function.get("function_name", ""))
     if function.get("schema") or function.get("catalog") or not policy.allows_table_function(name):
         raise Refused(f"table function {_safe(name)} is not allowed")
+    check_sizes(name, function)
     for key, value in function.items():
         if isinstance(value, (Mapping, list)) and key != "qualified_name":
             _walk(value, policy, ctes)

@@ -70,6 +70,11 @@ DENIED_FUNCTIONS: frozenset[str] = frozenset(
         "version",
         "stats",
         "to_aggregate_state",
+        "index_key",
+        "get_block_size",
+        "format_type",
+        "format_pg_type",
+        "map_type_id_to_pg_oid",
     }
 )
 DENIED_PREFIXES: tuple[str, ...] = (
@@ -95,15 +100,21 @@ DENIED_PREFIXES: tuple[str, ...] = (
 )
 
 
+_METADATA = re.compile(r"duckdb_|pragma_|information_schema|current_setting|pg_catalog", re.IGNORECASE)
+"""In a built-in macro's definition: the macro reads the catalog or settings (get_block_size, format_type)."""
+
+
 @functools.cache
 def builtin_functions() -> frozenset[str]:
-    """Names of DuckDB's own scalar, aggregate, window and macro functions (not table functions)."""
+    """Names of DuckDB's own scalar, aggregate, window and macro functions (not table functions),
+    without the built-in macros that read the catalog or settings."""
     with duckdb.connect(":memory:") as con:
         rows = con.execute(
-            "SELECT DISTINCT lower(function_name) FROM duckdb_functions() "
+            "SELECT lower(function_name), coalesce(macro_definition, '') FROM duckdb_functions() "
             "WHERE internal AND function_type IN ('scalar', 'aggregate', 'window', 'macro')"
         ).fetchall()
-    return frozenset(r[0] for r in rows)
+    names = {name for name, _ in rows}
+    return frozenset(names - {name for name, body in rows if _METADATA.search(body)})
 
 
 def is_denied(name: str) -> bool:

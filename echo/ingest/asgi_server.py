@@ -6,8 +6,10 @@ parsing, keep-alive, chunked and Content-Length bodies, TLS) and Starlette. Bind
 uvicorn starts means port 0 works, the bound address is known at once, and a busy port fails in
 :meth:`AsgiServer.start` with the address in the message.
 
-Limits are uvicorn's own: ``limit_concurrency`` answers 503 (which OTLP clients retry) once
-``max_connections`` connections are open, and ``timeout_keep_alive`` closes a connection idle that long.
+Limits: past ``max_connections`` open connections a request is answered 503 (which OTLP clients retry)
+and its connection closed, except on the ``exempt`` paths (the health probes): uvicorn's own
+``limit_concurrency`` would refuse those too, so idle OTLP connections could fail the liveness probe
+(found with 260 idle connections). ``timeout_keep_alive`` closes a connection idle that long.
 uvicorn arms that idle timer only after a first response; :class:`_IdleFromConnect` arms it when the
 connection opens too, so a client that connects and never speaks cannot hold a slot forever.
 
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from echo.settings import HostPort
@@ -63,14 +66,35 @@ class _IdleFromConnect(H11Protocol):
         )
 
 
+class _Capped:
+    """The ASGI app behind the connection cap: over it, 503 and close, except for ``exempt`` paths."""
+
+    def __init__(self, app: Any, max_connections: int, exempt: frozenset[str]) -> None:
+        self.app = app
+        self.max_connections = max_connections
+        self.exempt = exempt
+        self.connections: set[Any] = set()
+        """uvicorn's set of open connections (its server state), filled in by :meth:`AsgiServer.start`."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        over = len(self.connections) > self.max_connections
+        if over and scope["type"] == "http" and scope["path"] not in self.exempt:
+            log.warning("over %d open connections: answering 503", self.max_connections)
+            await service_unavailable(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 class AsgiServer:
-    """One listener. ``name`` names its thread and its errors (``cannot listen for OTLP/HTTP on ...``)."""
+    """One listener. ``name`` names its thread and its errors (``cannot listen for OTLP/HTTP on ...``);
+    requests to ``exempt`` paths are served even past the connection cap."""
 
     def __init__(
-        self, name: str, app: Any, limits: Limits = DEFAULT_LIMITS, start_timeout_s: float = 15.0
-    ) -> None:
+        self, name: str, app: Any, limits: Limits = DEFAULT_LIMITS, start_timeout_s: float = 15.0,
+        exempt: tuple[str, ...] = (),
+    ) -> None:  # fmt: skip
         self.name = name
-        self._app = app
+        self._app = _Capped(app, limits.max_connections, frozenset(exempt))
         self._limits = limits
         self._start_timeout_s = start_timeout_s
         self._server: uvicorn.Server | None = None
@@ -87,7 +111,7 @@ class AsgiServer:
             log_level="warning",
             access_log=False,
             lifespan="auto",
-            limit_concurrency=limits.max_connections + 1,  # uvicorn counts the new connection itself
+            limit_concurrency=None,  # _Capped applies the cap, sparing the exempt paths
             timeout_keep_alive=limits.idle_timeout_s,
             timeout_graceful_shutdown=limits.graceful_shutdown_s,
             server_header=False,
@@ -95,6 +119,7 @@ class AsgiServer:
             ssl_keyfile=tls_files[1] if tls_files else None,
         )
         server = self._server = uvicorn.Server(config)
+        self._app.connections = server.server_state.connections
         thread = self._thread = threading.Thread(
             target=server.run, kwargs={"sockets": [sock]}, name=f"echo-{self.name}", daemon=True
         )

@@ -200,5 +200,5 @@ def start_http(
     limits: Limits = DEFAULT_LIMITS,
 ) -> tuple[AsgiServer, int]:
     """Start serving in a thread; returns the server (``.stop()`` it) and the bound port."""
-    server = AsgiServer("OTLP/HTTP", otlp_app(ingest, auth, ops, limits), limits)
+    server = AsgiServer("OTLP/HTTP", otlp_app(ingest, auth, ops, limits), limits, exempt=tuple(ops))
     return server, server.start(where, tls_files)

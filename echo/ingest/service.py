@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import duckdb
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2 as logs_svc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as metrics_svc
@@ -31,7 +30,7 @@ from echo.ingest.rows import AttrResolver, RowBatch
 from echo.ingest.traces import decode_traces
 from echo.ops import Stats
 from echo.settings import Settings
-from echo.store.writer import QueueFullError, Writer, WriterClosedError
+from echo.store.writer import DATA_ERRORS, QueueFullError, StoreError, Writer, WriterClosedError
 
 # Edge-independent failure kinds (each edge maps them to a status code).
 INVALID = "invalid"
@@ -40,10 +39,6 @@ UNSUPPORTED = "unsupported"
 BUSY = "busy"
 UNAVAILABLE = "unavailable"
 UNAUTHENTICATED = "unauthenticated"
-
-
-DATA_ERRORS = (duckdb.ConstraintException, duckdb.ConversionException, duckdb.InvalidInputException)
-"""Commit failures caused by the rows themselves (the writer isolates them to one request)."""
 
 
 class IngestError(Exception):
@@ -165,6 +160,13 @@ class Ingest:
             self.reject_request("invalid_rows")
             raise IngestError(
                 INVALID, f"rows refused by the store ({exc}): fix the data, do not resend"
+            ) from None
+        except StoreError as exc:  # the store's own trouble (disk full...): retryable, with the cause
+            self.reject_request("store_failing")
+            raise IngestError(
+                UNAVAILABLE,
+                f"Echo's store cannot commit ({exc}): retry later (a resend is not duplicated)",
+                self.settings.retry_after_s,
             ) from None
         except Exception as exc:
             self.reject_request("commit_failed")

@@ -48,6 +48,7 @@ def main(args: argparse.Namespace) -> int:
     from echo.mcp.rates import RatesError, load_rates
     from echo.mcp.server import build_server
     from echo.mcp.tools import Investigation, Limits
+    from echo.sandbox import Sandbox, SandboxLimits
     from echo.settings import SettingsError, gpu_rates_path, memory_limit_bytes
     from echo.store.lock import is_locked, read_holder
     from echo.store.reader import Reader
@@ -70,9 +71,14 @@ def main(args: argparse.Namespace) -> int:
     except duckdb.Error as exc:
         print(f"rankecho mcp: cannot open {db}: {exc}", file=sys.stderr)
         return 1
+    limits = SandboxLimits(memory_limit_bytes(args.memory_limit, "--memory-limit"))
+    analysis = Sandbox(lambda: db, limits, timeout_s=args.timeout)
     try:
-        inv = Investigation(Reader(con, timeout_s=args.timeout), rates, Limits(timeout_s=args.timeout))
+        inv = Investigation(
+            Reader(con, timeout_s=args.timeout), rates, Limits(timeout_s=args.timeout), analysis=analysis
+        )
         build_server(inv).run(transport="stdio", show_banner=False)
     finally:
         con.close()
+        analysis.close()
     return 0

@@ -155,8 +155,10 @@ class Diagnosis:
         mine = _categories(by_thread.get((target["node_id"], target["pid"], target["tid"])))
         peer_rows = [_categories(by_thread.get((p["node_id"], p["pid"], p["tid"]))) for p in peers]
         peer_median = {c: _median([p[c] for p in peer_rows]) for c in CATEGORIES}
-        excess = {c: round(mine[c] - (peer_median[c] or 0.0), 3) for c in CATEGORIES}
-        top = max(CATEGORIES, key=lambda c: excess[c])
+        judged = self._inv.run_named("explain_excess", mine=mine, peers=peer_median if peers else None)
+        verdict = judged.rows[0]
+        excess = {c: round(float(verdict[0][c]), 3) for c in CATEGORIES}
+        top = str(verdict[1])
         w = windows[0]
         timeline, cut = self._inv.records(
             self._inv.run_named(

@@ -84,7 +84,8 @@ class McpHttpService:
         token = echo.settings.mcp_bearer
         if token is None:
             log.warning("MCP over HTTP has NO AUTHENTICATION (--insecure-no-auth): anyone can query Echo")
-        mcp_app = build_server(Investigation(echo.reader, self._rates)).http_app(path=MCP_PATH)
+        inv = Investigation(echo.reader, self._rates, analysis=echo.analysis)
+        mcp_app = build_server(inv).http_app(path=MCP_PATH)
         gated = BearerGate(mcp_app, TokenCheck(token))
         s = echo.settings  # a short grace: open event streams would otherwise hold the stop
         limits = Limits(s.http_max_connections, s.http_idle_timeout_s, graceful_shutdown_s=2)

@@ -90,7 +90,8 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         staleness in seconds: `stale_s` against Echo's clock, `behind_newest_s` against the newest event
         of any node, so a node that stopped reporting stands out), ranks (events, last event,
         `behind_newest_s`, most lagging first: a rank stuck in a collective stops reporting), metrics
-        with counts, and the time range. Call this first."""
+        with counts, the time range, and `spools`: nodes whose agent still holds points in its disk spool
+        (`spooled_points`, `oldest_age_s`), i.e. data not yet in Echo. Call this first."""
         return _answer(lambda: inv.summary(window))
 
     @mcp.tool(name="fleet.cluster.find_stragglers", annotations=READ_ONLY)

@@ -1,8 +1,10 @@
 """What each MCP tool computes, independent of MCP: named queries in, bounded JSON-shaped dicts out.
 
-Every read goes through the store's :class:`echo.store.reader.Reader` (read-only transaction, timeout
-that interrupts DuckDB, row/byte caps, and the SQL guard inside ``check_read_only``); the caller's SQL
-in :meth:`Investigation.run_analysis` is also guarded here, at the boundary. Errors a caller can fix
+The tools' named queries go through the store's :class:`echo.store.reader.Reader` (read-only
+transaction, timeout that interrupts DuckDB, row/byte caps, the SQL guard). The caller's SQL in
+:meth:`Investigation.run_analysis` is guarded here, at the boundary, then runs on ``analysis``: in
+Echo and the CLIs an :class:`echo.sandbox.Sandbox` (a worker process with hard memory and time limits),
+so no caller's query can grow the process that ingests. Errors a caller can fix
 are :class:`InvestigationError` with a message that says how.
 
 Usage::
@@ -24,7 +26,7 @@ from echo.mcp.rates import Rates
 from echo.mcp.sanitize import cap_rows, clean_text, json_safe, parse_attrs
 from echo.mcp.windows import Anchor, Window, WindowError, iso, parse_window
 from echo.queries import QUERIES
-from echo.store.readcheck import ReadOnlyViolation
+from echo.sandbox import Sandbox
 from echo.store.reader import QueryError, QueryResult, QueryTimeoutError, Reader
 
 MAX_LIMIT = 10_000
@@ -54,8 +56,11 @@ class Investigation:
         rates: Rates,
         limits: Limits = Limits(),
         clock_ns: Callable[[], int] = time.time_ns,
+        analysis: Reader | Sandbox | None = None,
     ) -> None:
         self.reader = reader
+        self.analysis = analysis if analysis is not None else reader
+        """Where run_analysis runs the caller's SQL; front ends pass a Sandbox."""
         self.rates = rates
         self._limits = limits
         self._clock_ns = clock_ns
@@ -80,7 +85,7 @@ class Investigation:
             raise InvestigationError(
                 f"the query ran past {self._limits.timeout_s:g} s: narrow the window or add filters"
             ) from None
-        except (QueryError, ReadOnlyViolation) as exc:
+        except (QueryError, Refused) as exc:
             raise InvestigationError(safe_message(exc)) from None
 
     def window(self, text: str | None) -> Window:
@@ -113,6 +118,9 @@ class Investigation:
         metrics, metrics_cut = self.records(self.run_named("summary_metrics", **bounds))
         clock, clock_cut = self.records(self.run_named("clock_offsets", **bounds))
         alignment, alignment_cut = self.records(self.run_named("stream_alignment", **bounds))
+        spools, spools_cut = self.records(self.run_named("summary_spools", **bounds))  # data still on nodes
+        for spool in spools:
+            spool["reported"] = iso(spool["reported_ns"])
         for node in nodes:
             node["last"] = iso(node["last_ns"])
         clusters: dict[str | None, dict[str, Any]] = {}
@@ -131,7 +139,8 @@ class Investigation:
             "metrics": metrics,
             "clock": clock,
             "alignment": alignment,
-            "truncated": nodes_cut or ranks_cut or metrics_cut or clock_cut or alignment_cut,
+            "spools": spools,
+            "truncated": nodes_cut or ranks_cut or metrics_cut or clock_cut or alignment_cut or spools_cut,
         }
 
     def event_history(
@@ -226,7 +235,7 @@ class Investigation:
             raise InvestigationError(str(refused)) from None
         limit = _bounded_limit(limit)
         try:
-            result = self.reader.query(
+            result = self.analysis.query(
                 statement, timeout_s=self._limits.timeout_s, max_rows=limit, max_bytes=self._limits.max_bytes
             )
         except QueryTimeoutError:
@@ -234,7 +243,7 @@ class Investigation:
                 f"the query ran past {self._limits.timeout_s:g} s and was stopped: add a WHERE on "
                 "timestamp_ns, node_id or metric_name, or aggregate before returning rows"
             ) from None
-        except (QueryError, ReadOnlyViolation) as exc:
+        except (QueryError, Refused) as exc:
             raise InvestigationError(safe_message(exc)) from None
         rows, cut = self.records(result)
         return {

@@ -98,3 +98,9 @@ SELECT w.node_id, w.pid, w.tid, (w.to_ns - w.from_ns) / 1e6 AS window_ms,
 FROM w LEFT JOIN spent s USING (node_id, pid, tid, from_ns, to_ns)
 GROUP BY w.node_id, w.pid, w.tid, w.from_ns, w.to_ns
 LIMIT $max_rows;
+
+-- name: explain_excess
+-- A late rank's excess per cause class over its peers' median, and the dominant class, by the rule
+-- find_stragglers uses (rk_cause_excess, rk_top_cause). $mine and $peers: structs of ms per class
+-- ($peers NULL when no on-time peer was found).
+SELECT rk_cause_excess($mine, $peers) AS excess, rk_top_cause(rk_cause_excess($mine, $peers)) AS top;

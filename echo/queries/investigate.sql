@@ -61,6 +61,30 @@ GROUP BY cluster_id, node_id, rank
 ORDER BY behind_newest_s DESC, cluster_id, node_id, rank
 LIMIT $max_rows;
 
+-- name: summary_spools
+-- Per node whose agent's latest spool report is not empty: points still waiting on that node (Echo was
+-- unreachable, or they are being replayed) and the age of the oldest, as of that report.
+WITH reports AS (
+    SELECT cluster_id, node_id, metric_name,
+           arg_max(coalesce(value_double, value_int), timestamp_ns) AS value,
+           max(timestamp_ns) AS reported_ns
+    FROM events
+    WHERE metric_name IN ('rankecho.agent.spool.points', 'rankecho.agent.spool.age_s')
+      AND ($start_ns IS NULL OR timestamp_ns >= $start_ns)
+      AND ($end_ns IS NULL OR timestamp_ns < $end_ns)
+    GROUP BY cluster_id, node_id, metric_name
+)
+SELECT cluster_id,
+       node_id,
+       CAST(max(value) FILTER (WHERE metric_name = 'rankecho.agent.spool.points') AS BIGINT) AS spooled_points,
+       max(value) FILTER (WHERE metric_name = 'rankecho.agent.spool.age_s') AS oldest_age_s,
+       max(reported_ns) AS reported_ns
+FROM reports
+GROUP BY cluster_id, node_id
+HAVING spooled_points > 0
+ORDER BY spooled_points DESC, cluster_id, node_id
+LIMIT $max_rows;
+
 -- name: summary_metrics
 -- Per metric (and signal): events, nodes reporting it, time range.
 SELECT metric_name,

@@ -19,6 +19,7 @@ from importlib import resources
 import duckdb
 
 from echo.store.staging import backfill
+from echo.store.writer import rollback
 
 _NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
@@ -78,7 +79,7 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
             con.execute("INSERT INTO schema_version VALUES (?, ?, epoch_ns(now()))", [m.version, m.name])
             con.execute("COMMIT")
         except Exception:
-            con.execute("ROLLBACK")
+            rollback(con)  # keeps the migration's own error (e.g. disk full) as the one raised
             raise
         have = m.version
     return have

@@ -3,7 +3,7 @@ rows and bytes.
 
 Each query runs on a cursor of its own (a connection to the same database instance, so it sees
 committed rows while the writer keeps inserting), inside ``BEGIN TRANSACTION READ ONLY`` after
-:func:`check_read_only`, and a timer calls ``interrupt()`` on the cursor when the time is up. Every
+:func:`echo.guard.check_sql`, and a timer calls ``interrupt()`` on the cursor when the time is up. Every
 cursor first defines the straggler analysis's table macros (``echo/queries/layers``: temporary, so
 they live on that cursor only and never touch the store); finished cursors are kept for the next
 query so that costs once per cursor, not once per query.
@@ -25,8 +25,8 @@ from typing import Any
 
 import duckdb
 
+from echo.guard import check_sql
 from echo.queries import LAYERS
-from echo.store.readcheck import check_read_only
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_ROWS = 10_000
@@ -45,6 +45,14 @@ class QueryError(ValueError):
     """DuckDB refused or failed the query; the message is DuckDB's, prefixed with what to check."""
 
 
+class QueryBusyError(QueryError):
+    """Every analysis worker stayed busy for the whole timeout; the query did not start."""
+
+
+class QueryResourceError(QueryError):
+    """The query needed more memory than its worker may use (see :mod:`echo.sandbox`); it was stopped."""
+
+
 @dataclass
 class QueryResult:
     columns: list[str]
@@ -56,18 +64,19 @@ class QueryResult:
     types: list[str] = field(default_factory=list)
 
 
-def _row_bytes(row: tuple[Any, ...]) -> int:
+def row_bytes(row: tuple[Any, ...]) -> int:
     return sum(8 if v is None or isinstance(v, int | float | bool) else len(str(v)) for v in row) + 8
 
 
 class Reader:
-    """Thread-safe: a query never shares its cursor. ``check`` is the statement gate (see readcheck);
-    ``prelude`` runs once on each new cursor (trusted project SQL, not checked)."""
+    """Thread-safe: a query never shares its cursor. ``check`` is the statement gate
+    (:func:`echo.guard.check_sql`); ``prelude`` runs once on each new cursor (trusted project SQL,
+    not checked)."""
 
     def __init__(
         self,
         con: duckdb.DuckDBPyConnection,
-        check: Callable[[str], str] = check_read_only,
+        check: Callable[[str], str] = check_sql,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_rows: int = DEFAULT_MAX_ROWS,
         max_bytes: int = DEFAULT_MAX_BYTES,
@@ -112,7 +121,7 @@ class Reader:
         max_rows: int | None = None,
         max_bytes: int | None = None,
     ) -> QueryResult:
-        """Run ``sql``; raises ReadOnlyViolation, QueryTimeoutError or QueryError with the reason."""
+        """Run ``sql``; raises :class:`echo.guard.Refused`, QueryTimeoutError or QueryError (with why)."""
         statement = self.check(sql)
         timeout = self.timeout_s if timeout_s is None else timeout_s
         row_cap = self.max_rows if max_rows is None else max_rows
@@ -163,7 +172,7 @@ class Reader:
             if not chunk:
                 return result
             for row in chunk:
-                size += _row_bytes(row)
+                size += row_bytes(row)
                 if size > byte_cap:
                     result.truncated, result.truncated_by = True, "max_bytes"
                     return result

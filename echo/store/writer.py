@@ -13,6 +13,12 @@ Usage::
     writer.start()
     writer.submit(table).result()   # returns once committed
     writer.stop()                   # drains and commits everything queued
+
+A commit that fails for the store's sake (disk full, permissions, a damaged file) fails its request
+with :class:`StoreError`, whose message names the cause (:mod:`echo.store.condition`); the writer keeps
+running, marks the store unhealthy until a commit (or, when idle, a probe write) succeeds, and
+checkpoints the write-ahead log every ``checkpoint_every_s`` when idle, so the log that a restart
+replays stays small.
 """
 
 from __future__ import annotations
@@ -25,17 +31,23 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from echo.ops import Stats
+from echo.store.condition import StoreCondition, cause_of, checkpoint_room, fix_for, probe_write, store_caused
 from echo.store.staging import STAGED, stage
 
 log = logging.getLogger(__name__)
 CAREFUL_COMMITS = 20
 """After a duplicate was seen, this many commits go straight to ON CONFLICT (resends come in runs)."""
+PROBE_EVERY_S = 1.0
+"""While commits fail and nothing is queued, how often the writer probes whether the disk takes writes."""
+DATA_ERRORS = (duckdb.ConstraintException, duckdb.ConversionException, duckdb.InvalidInputException)
+"""Commit failures caused by the rows themselves (the writer isolates them to one request)."""
 
 
 def insert_sql(columns: list[str], skip_duplicates: bool) -> str:
@@ -51,6 +63,11 @@ class QueueFullError(RuntimeError):
     def __init__(self, retry_after_s: float) -> None:
         super().__init__(f"Echo's write queue is full: retry in {retry_after_s:g} s")
         self.retry_after_s = retry_after_s
+
+
+class StoreError(RuntimeError):
+    """The store could not commit for its own sake (not the rows'): the message leads with the cause
+    (``disk full: ...``); a resend may succeed once the cause is fixed."""
 
 
 class WriterClosedError(RuntimeError):
@@ -73,8 +90,16 @@ class Writer:
         queue_rows: int,
         batch_rows: int = 50_000,
         retry_after_s: float = 1.0,
+        db_path: Path | None = None,
+        checkpoint_every_s: float = 60.0,
     ) -> None:
         self._con = con
+        self._db_path = db_path
+        """The store file (None: in memory), for probes and checkpoint room; see :mod:`condition`."""
+        self._checkpoint_every_s = checkpoint_every_s
+        self._last_checkpoint = time.monotonic()
+        self._last_probe = 0.0
+        self.condition = StoreCondition()
         self._stats = stats
         self._max_rows = queue_rows
         self._batch_rows = batch_rows
@@ -97,6 +122,11 @@ class Writer:
     @property
     def running(self) -> bool:
         return self._thread.is_alive() and not self._closing and self.failed is None
+
+    @property
+    def healthy(self) -> bool:
+        """Running and the last commit (or probe) succeeded: what ``/readyz`` reports."""
+        return self.running and self.condition.reason is None
 
     def start(self) -> None:
         self._thread.start()
@@ -152,7 +182,17 @@ class Writer:
             while not self._queue or (self._held and not self._closing):
                 if self._closing and not self._queue:
                     return None
-                self._cond.wait()
+                if not self._held and self._idle_work_due():
+                    self._busy = True  # a hold() waits for it, like for a commit
+                    self._cond.release()  # no lock held while DuckDB or the disk works
+                    try:
+                        self._idle_work()
+                    finally:
+                        self._cond.acquire()
+                        self._busy = False
+                        self._cond.notify_all()
+                    continue
+                self._cond.wait(timeout=PROBE_EVERY_S)
             self._busy = True
             taken = [self._queue.popleft()]
             rows = taken[0].table.num_rows
@@ -167,21 +207,80 @@ class Writer:
         while (taken := self._take()) is not None:
             self._commit_all(taken)
 
+    def _idle_work_due(self) -> bool:
+        now = time.monotonic()
+        if self._db_path is None or self.failed is not None:
+            return False
+        if self.condition.reason is not None:
+            return now - self._last_probe >= PROBE_EVERY_S
+        return now - self._last_checkpoint >= self._checkpoint_every_s
+
+    def _idle_work(self) -> None:
+        """Nothing queued: probe a failing store, or checkpoint a healthy one."""
+        assert self._db_path is not None
+        if self.condition.reason is not None:
+            self._last_probe = time.monotonic()
+            if probe_write(self._db_path.parent) is None and self.condition.ok():
+                log.warning("the store's volume takes writes again: ready, waiting for the next commit")
+            return
+        self._last_checkpoint = time.monotonic()
+        wal = self._db_path.with_name(self._db_path.name + ".wal")
+        if wal.exists() and wal.stat().st_size > 0:  # nothing committed since the last one: no work
+            self.checkpoint()
+
+    def checkpoint(self) -> bool:
+        """Fold the write-ahead log into the file when there is room (the writer thread, or after
+        :meth:`stop`); True when done. Without room it is skipped: the log replays at the next start."""
+        if self._db_path is None:
+            return False
+        room = checkpoint_room(self._db_path)
+        if not room.enough:
+            log.warning("checkpoint skipped: %d MiB free on the store's volume, %d MiB needed; the "
+                        "write-ahead log stays and replays at the next start (free space on the volume)",
+                        room.free_bytes >> 20, room.need_bytes >> 20)  # fmt: skip
+            return False
+        try:
+            self._con.execute("CHECKPOINT")
+        except Exception as exc:
+            log.error("checkpoint failed: %s (fix: %s)", cause_of(exc), fix_for(cause_of(exc)))
+            if isinstance(exc, duckdb.FatalException):
+                self.failed = exc
+            return False
+        return True
+
     def _commit_all(self, taken: list[_Pending]) -> None:
         try:
             inserted = self._commit([p.table for p in taken])
         except Exception as exc:
-            if len(taken) > 1:  # isolate the bad request so the others still land
+            if len(taken) > 1 and not store_caused(exc):  # isolate the bad request
                 for pending in taken:
                     self._commit_all([pending])
                 return
-            log.error("commit failed for a request of %d rows: %s", taken[0].table.num_rows, exc)
-            if isinstance(exc, duckdb.FatalException):
-                self.failed = exc  # the database is invalidated: stop being ready, keep refusing
-            taken[0].future.set_exception(exc)
+            self._failed_commit(taken, exc)
             return
+        if self.condition.ok():
+            log.warning("commits succeed again")
         for pending in taken:
             pending.future.set_result(inserted)
+
+    def _failed_commit(self, taken: list[_Pending], exc: Exception) -> None:
+        rows = sum(p.table.num_rows for p in taken)
+        if isinstance(exc, DATA_ERRORS):
+            log.error("commit failed for a request of %d rows: %s", rows, exc)
+            error: Exception = exc
+        else:
+            reason = cause_of(exc)
+            if self.condition.failed(reason):
+                log.error("the store cannot commit: %s (fix: %s); producers are told to retry and "
+                          "/readyz answers 503 until a commit succeeds", reason, fix_for(reason))  # fmt: skip
+            else:
+                log.error("commit of %d rows failed: %s", rows, reason)
+            error = StoreError(reason)
+            error.__cause__ = exc
+        if isinstance(exc, duckdb.FatalException):
+            self.failed = exc  # the database is invalidated: stop being ready, keep refusing
+        for pending in taken:
+            pending.future.set_exception(error)
 
     def _commit(self, tables: list[pa.Table]) -> int:
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
@@ -228,6 +327,16 @@ class Writer:
                     con.unregister(STAGED)
             con.execute("COMMIT")
         except Exception:
-            con.execute("ROLLBACK")
+            rollback(con)
             raise
         return inserted
+
+
+def rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Undo a failed transaction without hiding why it failed: a COMMIT that failed has already ended
+    the transaction, so DuckDB's "no transaction is active" from ROLLBACK would replace the real
+    cause (e.g. "No space left on device")."""
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error as exc:
+        log.debug("ROLLBACK after a failed statement: %s", exc)

@@ -336,12 +336,6 @@ SUMMARIZE events
 ====
 SUMMARIZE SELECT * FROM events
 ====
-PIVOT events ON node_id USING count(*)
-====
-UNPIVOT events ON rank INTO NAME k VALUE v
-====
-SELECT * FROM (PIVOT events ON node_id USING count(*))
-====
 SELECT * FROM duckdb_settings()
 ====
 SELECT * FROM duckdb_tables()
@@ -557,3 +551,55 @@ WHERE node_id IN (
 SELECT 1 /* ; */; CHECKPOINT
 ====
 SELECT 1; DROP TABLE events
+====
+WITH schema_version AS (SELECT * FROM schema_version) SELECT * FROM schema_version
+====
+WITH a AS (FROM schema_version), schema_version AS (SELECT 1) FROM a
+====
+WITH RECURSIVE a AS (FROM schema_version), schema_version AS (SELECT 1) FROM a
+====
+WITH x AS (SELECT 1 AS v), schema_version AS (SELECT * FROM schema_version) SELECT * FROM x, schema_version
+====
+SELECT * FROM (WITH secrets AS (SELECT * FROM secrets) SELECT * FROM secrets) s
+====
+WITH RECURSIVE t(n) AS (SELECT * FROM t UNION ALL SELECT 1) SELECT * FROM t
+====
+SELECT get_block_size('store')
+====
+SELECT format_type(23, -1)
+====
+SELECT pg_get_viewdef(1)
+====
+SELECT index_key('events', 'x')
+====
+SELECT main.upper(node_id) FROM events
+====
+SELECT system.main.lower(node_id) FROM events
+====
+SELECT len(range(1000000000))
+====
+SELECT max(length(repeat(event_id, 20000000))) FROM events
+====
+SELECT list_reduce(range(100000000), (a, b) -> a + b)
+====
+SELECT list_sort(range(100000000))
+====
+SELECT len(string_split(repeat('a,', 5e7), ','))
+====
+SELECT count(*) FROM range(1000000000) a, range(1000000000) b
+====
+SELECT repeat('x', 1000000000)
+====
+SELECT lpad('x', 1000000000, 'y')
+====
+SELECT count(*) FROM generate_series(1, 10 * 1000 * 1000 * 1000)
+====
+SELECT list_resize([1], 1e12)
+====
+WITH x AS (SELECT 1) COPY events TO 'leak.csv'
+====
+SELECT * FROM (SELECT 1) t JOIN ('x.csv') f ON true
+====
+SELECT * FROM events e, 'passwd' p
+====
+SELECT * FROM "secrets.parquet"

@@ -192,3 +192,33 @@ FROM events
 /* header comment */ SELECT count(*) FROM events
 ====
 SELECT node_id, count(*) FROM events WHERE metric_name = 'rankecho.health.score' AND timestamp_ns >= (SELECT max(timestamp_ns) FROM events) - 300000000000 GROUP BY node_id ORDER BY node_id
+====
+SELECT node_id, avg(value_double) AS load FROM events GROUP BY node_id ORDER BY node_id
+====
+SELECT node_id, count(*) AS copy, max(rank) AS update FROM events GROUP BY node_id ORDER BY node_id
+====
+SELECT DISTINCT node_id.upper() AS n FROM events ORDER BY n
+====
+SELECT extract(epoch FROM '2026-01-01'::TIMESTAMP) AS e
+====
+SELECT trim(both 'n' FROM node_id) AS t FROM events GROUP BY 1 ORDER BY 1
+====
+PIVOT (SELECT node_id, metric_name, value_double FROM events) ON metric_name USING avg(value_double) GROUP BY node_id ORDER BY node_id
+====
+SELECT node_id, round("rankecho.health.score", 6) AS score FROM (PIVOT (SELECT node_id, metric_name, value_double FROM events) ON metric_name USING avg(value_double) GROUP BY node_id) ORDER BY node_id
+====
+SELECT node_id, "rankecho.health.score" > 0 AS positive FROM (PIVOT (SELECT node_id, metric_name, value_double FROM events) ON metric_name IN ('rankecho.health.score') USING avg(value_double) GROUP BY node_id) ORDER BY node_id
+====
+UNPIVOT (SELECT event_id, rank, nranks FROM events ORDER BY event_id LIMIT 3) ON rank, nranks INTO NAME k VALUE v ORDER BY event_id, k
+====
+WITH events AS (SELECT * FROM events WHERE rank = 5) SELECT count(*) AS n FROM events
+====
+WITH a AS (SELECT node_id FROM events), b AS (SELECT DISTINCT node_id FROM a) SELECT * FROM b ORDER BY node_id
+====
+WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t WHERE n < 5) SELECT sum(n) AS s FROM t
+====
+SELECT count(*) AS n FROM range(1000000)
+====
+SELECT len(repeat('ab', 1000)) AS n
+====
+SELECT * FROM (VALUES ('a', 1), ('b', 2)) t(k, v) ORDER BY k

@@ -7,10 +7,13 @@
 -- is delayed when it completed later after its on-time arrivals than the same slot (communicator,
 -- position in the step) does in instances where nobody was late; a delay that no host's lateness
 -- explains (at any instance of the step: a collective queued on a GPU behind another communicator's
--- late one inherits its wait), on an instance where one rank's thread spent longer than its peers
--- blocked in its own syncs before calling (its GPU was busy with its own work) by at least half the
--- threshold, is that rank's GPU arriving late. Only a step's first collective on a communicator (pos 0) has such a
--- sync window; the later ones inherit the step's verdict in rk_episodes.
+-- late one inherits its wait) is a GPU arriving late at every rank whose thread spent longer blocked
+-- in its own syncs before calling (its GPU was busy with its own work) than the instance's lower
+-- quartile of ranks did, by at least half the threshold and at least half the largest such excess (so
+-- a node whose GPUs are all slow has each of them named, and is then seen as a node). A run-queue
+-- wait behind another workload that ended a sync is the CPU's doing, not the GPU's: it is taken out.
+-- Only a step's first collective on a communicator (pos 0) has such a sync window; the later ones
+-- inherit the step's verdict in rk_episodes.
 
 -- name: rk_lateness
 -- One row per (instance, rank) of complete instances (every member of the communicator reported):
@@ -75,33 +78,37 @@ suspects AS MATERIALIZED (  -- pos-0 rows of instances with a delay their host l
       ON b.stream = s.stream AND b.seq = s.seq - 1
     WHERE b.complete_c IS NOT NULL
 ),
-reach AS (  -- how many 1 s buckets back an interval can start and still overlap a window
-    SELECT coalesce(max(end_ns - start_ns), 0) // 1000000000 + 1 AS buckets FROM host_activity WHERE kind = 'sync'
+reach AS (  -- how many 1 s buckets back an interval may start and still be seen overlapping a window:
+    -- one (an interval that began over 1-2 s before a window is not looked for: the bound keeps the
+    -- bucket join small, whatever the longest interval in the store)
+    SELECT 1 AS buckets
 ),
 suspect_buckets AS MATERIALIZED (  -- each window once per 1 s bucket an overlapping interval can start in (raw clock)
     SELECT s.*, unnest(range((s.prev_c + s.clock_offset_ns) // 1000000000 - r.buckets,
                              (s.enter_c + s.clock_offset_ns) // 1000000000 + 1)) AS bucket
     FROM suspects s CROSS JOIN reach r
 ),
-presync AS (
+presync AS (  -- time blocked in syncs, less the run-queue waits (behind another workload) that ended them
     SELECT s.inst_key, s.rank,
-           coalesce(sum(least(h.end_ns - s.clock_offset_ns, s.enter_c)
-                        - greatest(h.start_ns - s.clock_offset_ns, s.prev_c)), 0) AS presync_ns
+           coalesce(sum((least(h.end_ns - s.clock_offset_ns, s.enter_c)
+                         - greatest(h.start_ns - s.clock_offset_ns, s.prev_c))
+                        * CASE WHEN h.kind = 'sync' THEN 1 ELSE -1 END) FILTER (WHERE h.kind IS NOT NULL), 0)
+               AS presync_ns  -- (least/greatest skip NULLs: a bucket without an interval must add nothing)
     FROM suspect_buckets s
     LEFT JOIN (SELECT * FROM host_activity  -- a constant bound the scan can skip row groups with
-               WHERE kind = 'sync' AND start_bucket BETWEEN (SELECT min(bucket) FROM suspect_buckets)
-                                                        AND (SELECT max(bucket) FROM suspect_buckets)) h
+               WHERE (kind = 'sync' OR (kind = 'runq' AND cuda_call IN ('cudaStreamSynchronize',
+                                                                         'cudaDeviceSynchronize',
+                                                                         'cudaEventSynchronize')))
+                 AND start_bucket BETWEEN (SELECT min(bucket) FROM suspect_buckets)
+                                      AND (SELECT max(bucket) FROM suspect_buckets)) h
       ON h.thread_key = s.thread_key AND h.start_bucket = s.bucket
      AND h.end_ns - s.clock_offset_ns > s.prev_c AND h.start_ns - s.clock_offset_ns < s.enter_c
     GROUP BY ALL
 ),
-presync_mid AS (
-    SELECT inst_key, median(presync_ns) AS mid, arg_max(rank, presync_ns) AS top_rank
-    FROM presync GROUP BY ALL
-),
-excess AS (
-    SELECT p.*, p.presync_ns - m.mid AS sync_excess_ns, p.rank = m.top_rank AS most_sync
-    FROM presync p JOIN presync_mid m USING (inst_key)
+excess AS (  -- against the lower quartile of the instance's ranks, so a whole node's slow GPUs stand out
+    SELECT *, sync_excess_ns >= 0.5 * max(sync_excess_ns) OVER (PARTITION BY inst_key) AS most_sync
+    FROM (SELECT *, presync_ns - quantile_cont(presync_ns, 0.25) OVER (PARTITION BY inst_key) AS sync_excess_ns
+          FROM presync)
 )
 SELECT a.*, z.noise_median_ns, z.noise_sigma_ns, z.step_ns, z.steps, z.first_done_c, z.last_done_c,
        z.threshold_ns, a.host_late_ns >= z.threshold_ns AS host_late,

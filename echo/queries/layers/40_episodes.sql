@@ -4,7 +4,44 @@
 -- their own such windows: time in cudaMalloc/cudaFree (allocator), blocked in its own syncs waiting
 -- for its GPU (slow_gpu), in blocking copies (memcpy), off-CPU while runnable (cpu_contention),
 -- off-CPU sleeping outside CUDA calls (sleeping: data loader, I/O, locks), and the rest of the
--- window on the CPU (host_compute). The cause is the category with the largest excess.
+-- window on the CPU (host_compute). The cause is the category with the largest excess (rk_cause_excess).
+
+-- name: rk_expected_contention
+-- The preemption a rank's on-CPU time would meet at its peers' ratio of preempted to on-CPU time (at
+-- least the peers' own preemption).
+CREATE OR REPLACE TEMP MACRO rk_expected_contention(m, p) AS (
+    greatest(coalesce(p['cpu_contention'], 0),
+             coalesce(p['cpu_contention'] / nullif(p['host_compute'], 0), 0) * m['host_compute'])
+);
+
+-- name: rk_cause_excess
+-- The excess of a late rank's pre-call time per cause class (m: a struct of time per class) over its
+-- peers' median (p, the same struct; NULL = no peers), in m's unit. On a busy machine every runnable
+-- thread loses a share of its CPU time to other work, so a rank that computed longer is also
+-- preempted longer without any contention of its own: contention counts only beyond what the peers'
+-- ratio of preempted to on-CPU time predicts for the rank's own on-CPU time, and the time up to that
+-- counts as host compute. A noisy neighbour on the rank's own core still shows: the rank computed no
+-- longer than its peers, yet was kept off the CPU far longer.
+CREATE OR REPLACE TEMP MACRO rk_cause_excess(m, p) AS (
+    {'allocator': m['allocator'] - coalesce(p['allocator'], 0),
+     'slow_gpu': m['slow_gpu'] - coalesce(p['slow_gpu'], 0),
+     'memcpy': m['memcpy'] - coalesce(p['memcpy'], 0),
+     'cpu_contention': m['cpu_contention'] - rk_expected_contention(m, p),
+     'sleeping': m['sleeping'] - coalesce(p['sleeping'], 0),
+     'host_compute': m['host_compute'] + least(m['cpu_contention'], rk_expected_contention(m, p))
+                     - coalesce(p['host_compute'], 0) - coalesce(p['cpu_contention'], 0)}
+);
+
+-- name: rk_top_cause
+-- The cause class with the largest excess in x (a struct from rk_cause_excess); ties go to the first
+-- in this order.
+CREATE OR REPLACE TEMP MACRO rk_top_cause(x) AS (
+    CASE greatest(x['allocator'], x['slow_gpu'], x['memcpy'], x['cpu_contention'], x['sleeping'],
+                  x['host_compute'])
+        WHEN x['allocator'] THEN 'allocator' WHEN x['slow_gpu'] THEN 'slow_gpu' WHEN x['memcpy'] THEN 'memcpy'
+        WHEN x['cpu_contention'] THEN 'cpu_contention' WHEN x['sleeping'] THEN 'sleeping'
+        ELSE 'host_compute' END
+);
 
 -- name: rk_episodes
 -- One row per late episode (cluster, node, rank, step): late_by_ns (the worst lateness over the
@@ -66,8 +103,10 @@ windows AS MATERIALIZED (  -- from the end of each member's previous step (its s
            m.enter_c AS w_end, m.clock_offset_ns
     FROM l p RIGHT JOIN members m ON p.stream = m.stream AND p.seq = m.seq - 1
 ),
-reach AS (  -- how many 1 s buckets back an interval can start and still overlap a window
-    SELECT coalesce(max(end_ns - start_ns), 0) // 1000000000 + 1 AS buckets FROM host_activity
+reach AS (  -- how many 1 s buckets back an interval may start and still be seen overlapping a window:
+    -- one (an interval that began over 1-2 s before a window is not looked for: the bound keeps the
+    -- bucket join small, whatever the longest interval in the store)
+    SELECT 1 AS buckets
 ),
 window_buckets AS MATERIALIZED (  -- each window once per 1 s bucket an overlapping interval can start in (raw clock)
     SELECT w.*, unnest(range((w.w_start + w.clock_offset_ns) // 1000000000 - r.buckets,
@@ -107,29 +146,19 @@ peers AS (
            median(host_compute_ns) AS host_compute_ns
     FROM w WHERE NOT is_late GROUP BY ALL
 ),
-excess AS (
+evidence AS (  -- the late rank's window and its peers' median, as structs of ns per class
     SELECT m.cluster_id, m.late_node AS node_id, m.late_rank AS rank, m.step,
            {'allocator': m.allocator_ns, 'slow_gpu': m.slow_gpu_ns, 'memcpy': m.memcpy_ns,
             'cpu_contention': m.cpu_contention_ns, 'sleeping': m.sleeping_ns,
             'host_compute': m.host_compute_ns} AS spent_ns,
+           CASE WHEN p.peers IS NOT NULL THEN
            {'allocator': p.allocator_ns, 'slow_gpu': p.slow_gpu_ns, 'memcpy': p.memcpy_ns,
             'cpu_contention': p.cpu_contention_ns, 'sleeping': p.sleeping_ns,
-            'host_compute': p.host_compute_ns} AS peers_ns,
-           m.allocator_ns - coalesce(p.allocator_ns, 0) AS allocator,
-           m.slow_gpu_ns - coalesce(p.slow_gpu_ns, 0) AS slow_gpu,
-           m.memcpy_ns - coalesce(p.memcpy_ns, 0) AS memcpy,
-           m.cpu_contention_ns - coalesce(p.cpu_contention_ns, 0) AS cpu_contention,
-           m.sleeping_ns - coalesce(p.sleeping_ns, 0) AS sleeping,
-           m.host_compute_ns - coalesce(p.host_compute_ns, 0) AS host_compute
+            'host_compute': p.host_compute_ns} END AS peers_ns
     FROM mine m LEFT JOIN peers p USING (cluster_id, late_node, late_rank, step)
 ),
 top AS (
-    SELECT *,
-           CASE greatest(allocator, slow_gpu, memcpy, cpu_contention, sleeping, host_compute)
-               WHEN allocator THEN 'allocator' WHEN slow_gpu THEN 'slow_gpu' WHEN memcpy THEN 'memcpy'
-               WHEN cpu_contention THEN 'cpu_contention' WHEN sleeping THEN 'sleeping'
-               ELSE 'host_compute' END AS top_category
-    FROM excess
+    SELECT *, rk_top_cause(rk_cause_excess(spent_ns, peers_ns)) AS top_category FROM evidence
 ),
 context AS (
     SELECT cluster_id, any_value(noise_median_ns) AS noise_median_ns, any_value(noise_sigma_ns) AS noise_sigma_ns,

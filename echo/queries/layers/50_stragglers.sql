@@ -8,7 +8,8 @@
 -- coverage x purity x (1 - 1/hits), so two episodes alone give at most 0.5.
 -- Significance (named as a straggler, not listed as isolated late episodes): an episode is crowded when
 -- at the same step two or more ranks of other nodes were at least half as late (the whole machine
--- hiccuped). Over its uncrowded episodes, a straggler needs one of ten thresholds of lateness, or
+-- hiccuped). Over its uncrowded episodes, a straggler needs one of ten thresholds of lateness that
+-- held others back (it imposed a wait: a rank late beside a later one is not a lone culprit), or
 -- three or more adding up to six thresholds that also stand out from the job's background of late
 -- episodes: a period of confidence >= 0.7, or at least 3 x + 2 the episodes the median rank had
 -- (busy machines make every rank late now and then; a straggler is late more, or regularly).
@@ -118,7 +119,7 @@ background AS (  -- per cluster: the median rank's uncrowded late episodes (rank
 ),
 judged AS (
     SELECT s.*, p.period, p.period_confidence, c.causes, b.typical AS background_episodes,
-           s.worst >= 10
+           (s.worst >= 10 AND s.imposed_gpu_s > 0)
            OR (s.clear_episodes >= 3 AND s.evidence >= 6
                AND (coalesce(p.period_confidence, 0) >= 0.7 OR s.clear_episodes >= 3 * b.typical + 2)) AS significant
     FROM stragglers s

@@ -1,0 +1,78 @@
+"""A second Echo on a held store, by every name the store can have: the same path, a relative path, a
+symlink, a hard link. Each exits 3 naming the holder's pid and leaves no file behind.
+
+Found (issue 9): through a symlink or a hard link the second Echo got past the sidecar lock, died in
+DuckDB's own lock error with a traceback (exit 1) and left a stray ``.lock`` file.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench.launch.echo import EchoProcess
+from echo.store.lock import StoreLock, StoreLockedError, is_locked, read_holder
+from tests.echo_helpers import TEST_TOKEN
+
+
+def second_echo(db: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "rankecho", "serve", "--db", db, "--otlp-grpc", "127.0.0.1:0",
+               "--otlp-http", "127.0.0.1:0", "--mcp-http", ""]  # fmt: skip
+    env = {**os.environ, "RANKECHO_TOKEN": TEST_TOKEN}
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env, timeout=60)
+
+
+def listing(*dirs: Path) -> set[Path]:
+    return {p for d in dirs for p in d.iterdir()}
+
+
+@pytest.fixture
+def holder(tmp_path: Path) -> Iterator[EchoProcess]:
+    store = tmp_path / "store"
+    store.mkdir()
+    echo = EchoProcess(store / "echo.db", TEST_TOKEN, log=tmp_path / "holder.log").start()
+    yield echo
+    echo.stop()
+
+
+@pytest.mark.parametrize("how", ["path", "relative", "symlink", "hard link"])
+def test_second_echo_by_any_name_exits_3_naming_the_holder(
+    holder: EchoProcess, tmp_path: Path, how: str
+) -> None:
+    store, other = holder.db.parent, tmp_path / "other"
+    other.mkdir()
+    name, cwd = str(holder.db), tmp_path
+    if how == "relative":
+        name, cwd = "store/../store/echo.db", tmp_path
+    elif how == "symlink":
+        (other / "link.db").symlink_to(holder.db)
+        name = str(other / "link.db")
+    elif how == "hard link":
+        os.link(holder.db, other / "hard.db")
+        name = str(other / "hard.db")
+    before = listing(store, other)
+    done = second_echo(name, cwd)
+    assert holder.proc is not None
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert f"pid {holder.proc.pid}" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert listing(store, other) == before, "the refused Echo left files behind"
+    assert is_locked(Path(name) if how != "relative" else cwd / name)
+
+
+def test_hard_link_lock_names_the_holder_in_process(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    db.write_bytes(b"not yet a store")  # the inode lock needs the file only to exist
+    with StoreLock(db):
+        os.link(db, tmp_path / "b.db")
+        with pytest.raises(StoreLockedError) as info:
+            StoreLock(tmp_path / "b.db").acquire()
+        assert f"pid {os.getpid()}" in str(info.value)
+        assert read_holder(tmp_path / "b.db") == os.getpid()
+        assert not (tmp_path / "b.db.lock").exists()
+    assert not is_locked(tmp_path / "b.db")
