@@ -145,6 +145,15 @@ def run_checks(nccl: tuple[str, ...] = (), cuda: tuple[str, ...] = (), proc_root
     ]
 
 
+def ebpf_missing() -> str | None:
+    """Why this machine cannot load the agent's BPF program (the first failing required check, with its
+    fix), or None. The one prerequisite test of the eBPF tests, the agent benchmark and the demo."""
+    for chk in (check_privileges(), check_bcc(), check_headers(), check_tracefs()):
+        if not chk.ok:
+            return f"{chk.name}: {chk.detail}; fix: {chk.fix}"
+    return None
+
+
 def main(nccl: tuple[str, ...] = (), cuda: tuple[str, ...] = (), proc_root: str = "/proc",
          sys_root: str = "/sys", modules_root: str = "/lib/modules") -> int:
     """Print every check and the verdict; exit code 1 when a required check failed, else 0."""

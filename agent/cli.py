@@ -45,11 +45,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     import logging
-    import signal
     import sys
-    import threading
 
-    from agent import probes, settings
+    from agent import probes, settings, stopflag
+
+    stop = stopflag.install()  # already done by rankecho.cli.main; again for callers that skip it
 
     if args.ebpf:
         cfg = probes.ProbeConfig(offcpu_min_ns=int(args.offcpu_min_ms * 1e6), filter_pids=bool(args.pid))
@@ -62,10 +62,6 @@ def _run(args: argparse.Namespace) -> int:
     warning = settings.plaintext_token_warning(s, args.insecure)
     if warning:
         log.warning(warning)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-
     from agent.runner import run
 
     try:
@@ -73,6 +69,8 @@ def _run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, RuntimeError, PermissionError) as err:
         log.error("%s", err)
         return 1
+    finally:
+        stopflag.ignore_further()
 
 
 def _check(args: argparse.Namespace) -> int:

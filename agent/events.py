@@ -1,5 +1,7 @@
 """Decoding of the BPF ring-buffer records (layouts in agent/bpf/agent.h) into plain dataclasses.
 
+The traced functions (``FN``) and their groups come from the table in :mod:`agent.traced`.
+
 Kept free of bcc so the tracker and its tests run anywhere. Usage::
 
     record = decode(raw_bytes)   # CallRecord | InitRecord | OffCpuRecord | ExitRecord
@@ -11,6 +13,8 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
+from agent.traced import FN, group
+
 
 class KIND(IntEnum):
     CALL = 1
@@ -19,69 +23,10 @@ class KIND(IntEnum):
     EXIT = 4
 
 
-class FN(IntEnum):
-    """Traced functions; values mirror ``enum rk_fn`` in agent.h."""
-
-    NONE = 0
-    COMM_INIT_RANK = 1
-    COMM_INIT_RANK_CONFIG = 2
-    COMM_INIT_ALL = 3
-    COMM_SPLIT = 4
-    COMM_DESTROY = 5
-    COMM_ABORT = 6
-    ALL_REDUCE = 10
-    ALL_GATHER = 11
-    REDUCE_SCATTER = 12
-    BROADCAST = 13
-    BCAST = 14
-    REDUCE = 15
-    SEND = 16
-    RECV = 17
-    GROUP_START = 18
-    GROUP_END = 19
-    STREAM_SYNC = 30
-    DEVICE_SYNC = 31
-    EVENT_SYNC = 32
-    MALLOC = 33
-    FREE = 34
-    MEMCPY = 35
-    MEMCPY_ASYNC = 36
-    LAUNCH_KERNEL = 37
-
-
-SYMBOLS: dict[FN, str] = {
-    FN.NONE: "",
-    FN.COMM_INIT_RANK: "ncclCommInitRank",
-    FN.COMM_INIT_RANK_CONFIG: "ncclCommInitRankConfig",
-    FN.COMM_INIT_ALL: "ncclCommInitAll",
-    FN.COMM_SPLIT: "ncclCommSplit",
-    FN.COMM_DESTROY: "ncclCommDestroy",
-    FN.COMM_ABORT: "ncclCommAbort",
-    FN.ALL_REDUCE: "ncclAllReduce",
-    FN.ALL_GATHER: "ncclAllGather",
-    FN.REDUCE_SCATTER: "ncclReduceScatter",
-    FN.BROADCAST: "ncclBroadcast",
-    FN.BCAST: "ncclBcast",
-    FN.REDUCE: "ncclReduce",
-    FN.SEND: "ncclSend",
-    FN.RECV: "ncclRecv",
-    FN.GROUP_START: "ncclGroupStart",
-    FN.GROUP_END: "ncclGroupEnd",
-    FN.STREAM_SYNC: "cudaStreamSynchronize",
-    FN.DEVICE_SYNC: "cudaDeviceSynchronize",
-    FN.EVENT_SYNC: "cudaEventSynchronize",
-    FN.MALLOC: "cudaMalloc",
-    FN.FREE: "cudaFree",
-    FN.MEMCPY: "cudaMemcpy",
-    FN.MEMCPY_ASYNC: "cudaMemcpyAsync",
-    FN.LAUNCH_KERNEL: "cudaLaunchKernel",
-}
-
-COLLECTIVES = frozenset(
-    {FN.ALL_REDUCE, FN.ALL_GATHER, FN.REDUCE_SCATTER, FN.BROADCAST, FN.BCAST, FN.REDUCE}
-)
-P2P = frozenset({FN.SEND, FN.RECV})
-SYNCS = frozenset({FN.STREAM_SYNC, FN.DEVICE_SYNC, FN.EVENT_SYNC})
+SYMBOLS: dict[FN, str] = {f: f.symbol for f in FN}
+COLLECTIVES = group("collective")
+P2P = group("p2p")
+SYNCS = group("sync")
 
 HEADER = struct.Struct("<QQQQQQIIHHIQ")
 """struct rk_event: ts, ts2, a0, a1, a2, a3, pid, tid, kind, fn, extra, launches (72 bytes)."""

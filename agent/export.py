@@ -1,10 +1,12 @@
-"""OTLP/gRPC export to Echo: batching into requests, gzip, bearer token, TLS, retry with backoff, spool.
+"""OTLP/gRPC export to Echo: a queue and a spool on top of rankecho's one OTLP client.
 
+The channel, token, TLS, gzip and one Export attempt are :mod:`shared.transport`'s; whether and when to
+resend is :mod:`shared.retry`'s (the OTLP spec's retryable codes, Echo's RetryInfo delay honoured,
+jittered backoff; UNAUTHENTICATED and the other final codes are logged with their fix and the batch is
+dropped, never retried). What is left here: a batch that cannot be sent yet goes to the spool instead of
+blocking the agent, and is replayed byte-identical once Echo answers (so Echo's dedup by event id holds).
 Requests are encoded by :mod:`shared.wire` (the bytes :func:`shared.otlp.metrics_request` would give,
-built directly) rather than through the OTel SDK exporter,
-because the spool must hold the exact encoded bytes (a replay is byte-identical, so Echo's dedup by
-event id holds) and because the retry decision has to hand a batch to the spool instead of blocking
-the agent. The wire format, headers and compression are the ones ``OTLPMetricExporter`` uses.
+built directly); the wire format, headers and compression are the ones ``OTLPMetricExporter`` uses.
 
 Usage::
 
@@ -27,35 +29,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 
 from agent.spool import Spool
 from shared.otlp import AttrValue, Point
+from shared.retry import FIXES, NEVER_GIVE_UP, RETRYABLE, RetryPolicy, retry_delay
+from shared.retry import retryable as _retryable
+from shared.transport import MetricsClient, Target
 from shared.wire import encode_request
 
+__all__ = [
+    "FIXES", "RETRYABLE", "Encoded", "ExportConfig", "Exporter", "backoff_s", "encode_batch", "retryable",
+]
+
 log = logging.getLogger("rankecho.agent")
-EXPORT_METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
-RETRYABLE = frozenset({
-    grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
-    grpc.StatusCode.ABORTED, grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.DATA_LOSS, grpc.StatusCode.INTERNAL,
-})
-FIXES = {
-    grpc.StatusCode.UNAUTHENTICATED:
-        "Echo rejected the token: set RANKECHO_TOKEN or --token-file to Echo's token",
-    grpc.StatusCode.PERMISSION_DENIED: "Echo refused this agent: check the token's permissions",
-    grpc.StatusCode.UNIMPLEMENTED: "the endpoint is not an OTLP metrics receiver: check --endpoint",
-}
 
 ADOPT_EVERY_S = 2.0
 """How often the spools of ended agent runs are taken over for replay."""
-RECONNECT_OPTIONS = [
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
-"""gRPC's own reconnect backoff (default 1 s growing to 120 s) bounded to 100 ms..1 s (gRPC jitters it):
-with the defaults the first send after a 30 s outage came 9-15 s after Echo was back, 0.3-0.5 s with these."""
 
 Key = Any  # a process key, or None for node-level points
 
@@ -93,24 +82,24 @@ class ExportConfig:
     """Batches held in memory; beyond it batches go straight to the spool."""
 
 
+    def target(self) -> Target:
+        return Target(self.endpoint, self.token or None, not self.tls, self.ca_file, self.cert_file,
+                      self.key_file, gzip=True)
+
+    def policy(self) -> RetryPolicy:
+        """The spool keeps what cannot be sent yet, so a retryable failure is never given up."""
+        return RetryPolicy(self.backoff_base_s, self.backoff_max_s, NEVER_GIVE_UP)
+
+
 def backoff_s(attempt: int, base: float, cap: float, rand: Callable[[], float] = random.random) -> float:
-    """Exponential backoff with +-20% jitter: base * 2**attempt, capped."""
+    """Exponential backoff with +-20% jitter: base * 2**attempt, capped (what :func:`shared.retry.
+    retry_delay` waits after ``attempt + 1`` failures when the server names no delay)."""
     return min(cap, base * (2 ** min(attempt, 30))) * (0.8 + 0.4 * rand())
 
 
-def retryable(code: grpc.StatusCode | None) -> bool:
-    """True when the same request may succeed later (transport trouble, overload, auth being fixed)."""
-    return code is None or code in RETRYABLE or code in FIXES
-
-
-def _credentials(cfg: ExportConfig) -> grpc.ChannelCredentials:
-    def read(path: str | None) -> bytes | None:
-        if path is None:
-            return None
-        with open(path, "rb") as f:
-            return f.read()
-
-    return grpc.ssl_channel_credentials(read(cfg.ca_file), read(cfg.key_file), read(cfg.cert_file))
+def retryable(code: grpc.StatusCode | None, server_delay_s: float | None = None) -> bool:
+    """True when the same request may succeed later (:func:`shared.retry.retryable`)."""
+    return _retryable(code, server_delay_s)
 
 
 class Exporter:
@@ -127,18 +116,8 @@ class Exporter:
         self._next_try = 0.0
         self.sent_points = 0
         self.rejected_points = 0
-        target = cfg.endpoint.split("://", 1)[-1]
-        options = [("grpc.max_send_message_length", 64 << 20), *RECONNECT_OPTIONS]
-        if cfg.tls:
-            self._channel = grpc.secure_channel(target, _credentials(cfg), options, grpc.Compression.Gzip)
-        else:
-            self._channel = grpc.insecure_channel(target, options, grpc.Compression.Gzip)
-        self._export = self._channel.unary_unary(
-            EXPORT_METHOD,
-            request_serializer=None,
-            response_deserializer=ExportMetricsServiceResponse.FromString,
-        )
-        self._metadata = (("authorization", f"Bearer {cfg.token}"),) if cfg.token else ()
+        self._policy = cfg.policy()
+        self._client = MetricsClient(cfg.target())
 
     def submit(self, batch: Encoded) -> None:
         if batch.points == 0:
@@ -149,39 +128,35 @@ class Exporter:
             self.spool.put(batch.data, batch.points)
 
     def _send(self, data: bytes, points: int, timeout_s: float | None = None) -> bool:
-        """One Export call. True = acknowledged (or permanently rejected: logged, never retried).
+        """One Export call. True = acknowledged (or finally rejected: logged, never retried).
 
         ``wait_for_ready``: while Echo is away the call waits (up to the timeout) for the channel to
         reconnect instead of failing at once, so it goes out the moment the connection is back rather
         than after the exporter's own backoff on top of gRPC's."""
-        try:
-            timeout = self.cfg.timeout_s if timeout_s is None else max(0.05, timeout_s)
-            resp = self._export(data, timeout=timeout, metadata=self._metadata, wait_for_ready=True)
-        except grpc.RpcError as err:
-            code = err.code() if hasattr(err, "code") else None
-            if not retryable(code):
+        timeout = self.cfg.timeout_s if timeout_s is None else max(0.05, timeout_s)
+        out = self._client.export(data, timeout, wait_for_ready=True)
+        if not out.ok:
+            delay = retry_delay(self._policy, out.code, self._attempt + 1, 0.0, out.server_delay_s)
+            if delay is None:
                 self.rejected_points += points
-                log.error("Echo rejected %d points for good (%s: %s); they are not retried",
-                          points, code, err.details() if hasattr(err, "details") else err)
+                fix = FIXES.get(out.code) if out.code is not None else None
+                log.error("Echo rejected %d points for good (%s: %s)%s; they are not retried", points,
+                          out.code, out.message, f": {fix}" if fix else "")
                 return True
-            if code in FIXES:
-                log.error("%s (%s)", FIXES[code], code)
-            self._fail(code)
+            self._fail(out.code, delay)
             return False
-        rejected = resp.partial_success.rejected_data_points
-        if rejected:
-            self.rejected_points += rejected
-            log.warning("Echo rejected %d of %d points: %s",
-                        rejected, points, resp.partial_success.error_message)
+        if out.rejected:
+            self.rejected_points += out.rejected
+            log.warning("Echo rejected %d of %d points: %s", out.rejected, points, out.message)
         if self._attempt:
             log.info("Echo reachable again at %s", self.cfg.endpoint)
         self._attempt = 0
         self._next_try = 0.0
-        self.sent_points += points - rejected
+        self.sent_points += points - out.rejected
         return True
 
-    def _fail(self, code: grpc.StatusCode | None) -> None:
-        delay = backoff_s(self._attempt, self.cfg.backoff_base_s, self.cfg.backoff_max_s)
+    def _fail(self, code: grpc.StatusCode | None, delay: float) -> None:
+        """Back off ``delay`` s (Echo's RetryInfo, else the policy's jittered backoff)."""
         if self._attempt == 0:
             log.warning("cannot reach Echo at %s (%s); spooling to %s and retrying",
                         self.cfg.endpoint, code, self.spool.dir)
@@ -240,4 +215,4 @@ class Exporter:
         while len(self.spool) and self._now() < end:
             if not self._replay_one(min(self.cfg.timeout_s, end - self._now())):
                 sleep(max(0.0, min(self._next_try, end) - self._now()) or 0.01)
-        self._channel.close()
+        self._client.close()

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.events import FN
+from agent import traced
 from agent.prologue import STEP_COST, STEP_FIX, classify, read_code
+from agent.traced import TRACED
 
 BPF_DIR = Path(__file__).parent / "bpf"
 PROGRAM_FILE = BPF_DIR / "agent.bpf.c"
@@ -41,32 +42,8 @@ class Probe:
     has_return: bool = True
 
 
-PROBES: tuple[Probe, ...] = (
-    Probe("nccl", "ncclCommInitRank", FN.COMM_INIT_RANK),
-    Probe("nccl", "ncclCommInitRankConfig", FN.COMM_INIT_RANK_CONFIG),
-    Probe("nccl", "ncclCommInitAll", FN.COMM_INIT_ALL),
-    Probe("nccl", "ncclCommSplit", FN.COMM_SPLIT),
-    Probe("nccl", "ncclCommDestroy", FN.COMM_DESTROY),
-    Probe("nccl", "ncclCommAbort", FN.COMM_ABORT),
-    Probe("nccl", "ncclAllReduce", FN.ALL_REDUCE),
-    Probe("nccl", "ncclAllGather", FN.ALL_GATHER),
-    Probe("nccl", "ncclReduceScatter", FN.REDUCE_SCATTER),
-    Probe("nccl", "ncclBroadcast", FN.BROADCAST),
-    Probe("nccl", "ncclBcast", FN.BCAST),
-    Probe("nccl", "ncclReduce", FN.REDUCE),
-    Probe("nccl", "ncclSend", FN.SEND),
-    Probe("nccl", "ncclRecv", FN.RECV),
-    Probe("nccl", "ncclGroupStart", FN.GROUP_START),
-    Probe("nccl", "ncclGroupEnd", FN.GROUP_END),
-    Probe("cuda", "cudaStreamSynchronize", FN.STREAM_SYNC),
-    Probe("cuda", "cudaDeviceSynchronize", FN.DEVICE_SYNC),
-    Probe("cuda", "cudaEventSynchronize", FN.EVENT_SYNC),
-    Probe("cuda", "cudaMalloc", FN.MALLOC),
-    Probe("cuda", "cudaFree", FN.FREE),
-    Probe("cuda", "cudaMemcpy", FN.MEMCPY),
-    Probe("cuda", "cudaMemcpyAsync", FN.MEMCPY_ASYNC),
-    Probe("cuda", "cudaLaunchKernel", FN.LAUNCH_KERNEL, has_return=False),
-)
+PROBES: tuple[Probe, ...] = tuple(Probe(f.lib, f.symbol, f, f.handler != "count") for f in TRACED)
+"""Generated from :mod:`agent.traced`; ``count`` functions have only a hand-written entry probe."""
 
 
 @dataclass(frozen=True)
@@ -79,10 +56,19 @@ class ProbeConfig:
     filter_pids: bool = False
 
 
+GENERATED = {"/* @TRACED_ENUM@ */\n": traced.c_enum, "/* @TRACED_PROBES@ */\n": traced.c_probes}
+
+
 def program_text() -> str:
-    """The C program with its header inlined, exactly as compiled (minus the ``-D`` knobs)."""
-    header = HEADER_FILE.read_text()
-    return PROGRAM_FILE.read_text().replace('#include "agent.h"\n', header)
+    """The C program with its header inlined and the parts generated from :mod:`agent.traced` filled
+    in, exactly as compiled (minus the ``-D`` knobs)."""
+    text = PROGRAM_FILE.read_text().replace('#include "agent.h"\n', HEADER_FILE.read_text())
+    for marker, generate in GENERATED.items():
+        if marker not in text:
+            raise RuntimeError(f"{marker.strip()} is missing from {BPF_DIR}: restore it where the generated "
+                               "part of the program belongs")
+        text = text.replace(marker, generate())
+    return text
 
 
 def cflags(cfg: ProbeConfig) -> list[str]:

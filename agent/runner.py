@@ -14,10 +14,9 @@ import ctypes as ct
 import logging
 import os
 import socket
-import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agent import discovery, probes, resource
 from agent.clock import ClockConverter
@@ -38,6 +37,14 @@ MAX_BATCH = 5000
 CLOCK_RESAMPLE_S = 10.0
 DROPS_EVERY_S = 10.0
 SPOOL_EVERY_S = 2.0
+
+
+class Stop(Protocol):
+    """A stop request: :class:`agent.stopflag.StopFlag` in the CLI, a ``threading.Event`` in tests."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float) -> bool: ...
 
 
 class Agent:
@@ -230,7 +237,7 @@ class Agent:
         self.points.append((None, Point(c.M_AGENT_SPOOL_AGE, now, round(self.spool.oldest_age_s(), 3), {})))
 
     # --- loop -----------------------------------------------------------------------------------
-    def loop(self, stop: threading.Event) -> None:
+    def loop(self, stop: Stop) -> None:
         s = self.s
         now = time.monotonic()
         due = {"flush": now + s.flush_interval_s, "window": now + s.window_s, "scan": now + s.scan_interval_s,
@@ -289,11 +296,13 @@ def release_compiler_memory(bpf: Any) -> None:
         ct.CDLL("libc.so.6").malloc_trim(0)
 
 
-def run(s: Settings, stop: threading.Event) -> int:
+def run(s: Settings, stop: Stop) -> int:
+    """Start, trace until ``stop`` is set, shut down; a stop that came during start-up skips the rest."""
     agent = Agent(s)
     agent.exporter.start()
     try:
-        agent.start()
+        if not stop.is_set():
+            agent.start()
         agent.loop(stop)
     finally:
         agent.shutdown()

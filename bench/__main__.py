@@ -24,7 +24,9 @@ from bench._report import provenance, render, timed, update_markdown
 
 def discover() -> list[str]:
     here = Path(__file__).parent
-    return sorted(m.name for m in pkgutil.iter_modules([str(here)]) if not m.name.startswith("_"))
+    # Packages are tools (bench/launch), not benchmarks.
+    modules = pkgutil.iter_modules([str(here)])
+    return sorted(m.name for m in modules if not m.name.startswith("_") and not m.ispkg)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.harness import SimJob, stop_all
+from agent.check import ebpf_missing
+from sim.job import SimJob, stop_all
 
 ROOT = Path(__file__).resolve().parent.parent
 SIM = ROOT / "sim"
@@ -63,12 +64,9 @@ int main(int argc, char **argv) {
 
 
 def skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to load BPF programs"
-    try:
-        import bcc  # noqa: F401
-    except ImportError:
-        return "needs the bcc python bindings (make install)"
+    missing = ebpf_missing()
+    if missing:
+        return missing
     if subprocess.run(["make", "-s", "-C", str(SIM)]).returncode:  # incremental: rebuilds what is stale
         return "cannot build the simulator (make -C sim)"
     return None
@@ -137,7 +135,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     if reason:
         print(f"skipped: {reason}")
         return {"skipped": reason}
-    from echo.stress.server import EchoProcess
+    from bench.launch.echo import EchoProcess
 
     sim_args = ["--steps", str(args.steps), "--compute-us", "30000", "--kernels", "60", "--buckets", "2"]
     with tempfile.TemporaryDirectory(prefix="rankecho-bench-agent-") as d:

@@ -26,12 +26,12 @@ from typing import Any
 
 import duckdb
 
+from bench.launch.echo import EchoProcess
+from bench.launch.stress import StressProcess
 from echo.stress import runner
-from echo.stress.harness import StressProcess
 from echo.stress.planting import StressPlan
 from echo.stress.runner import Batch, StressConfig
 from echo.stress.senders import Target
-from echo.stress.server import EchoProcess
 
 TOKEN = "bench-ingest-token"
 TARGET_POINTS_PER_S = 150_000

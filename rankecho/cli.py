@@ -28,6 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words[:1] == ["agent"] and "check" not in words:
+        # Before anything heavy: an agent told to stop while it starts must still exit 0.
+        from agent import stopflag
+
+        stopflag.install()
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)

@@ -39,9 +39,9 @@ def check(failures: list[str], ok: bool, what: str) -> None:
 
 
 def run_demo(workdir: Path, keep: Path | None) -> int:
-    from echo.stress.harness import StressProcess, query_cli
-    from echo.stress.queries import FANIN_QUERIES as Q
-    from echo.stress.server import EchoProcess
+    from bench.launch.echo import EchoProcess
+    from bench.launch.stress import StressProcess, query_cli
+    from echo.queries import FANIN
 
     db, token = workdir / "echo-fanin-demo.db", secrets.token_hex(16)
     started = time.monotonic()
@@ -65,8 +65,8 @@ def run_demo(workdir: Path, keep: Path | None) -> int:
     print("4. The fan-in queries, through `rankecho query`:")
     results: dict[str, list[dict[str, Any]]] = {}
     for name in ("per_node_events", "chains", "stragglers", "health_quantiles"):
-        print(f"\n-- {name}\n{Q[name]};\n")
-        rows = query_cli(db, Q[name])
+        print(f"\n-- {name}\n{FANIN[name].sql};\n")
+        rows = query_cli(db, FANIN[name].sql)
         results[name] = sorted(rows, key=lambda r: str(r.get("node_id", "")))  # display order only
         print(text_table(results[name]))
     plans = {node: run.plan() for node, run in zip(NODES, runs, strict=True)}

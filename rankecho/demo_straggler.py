@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import secrets
 import subprocess
 import sys
@@ -40,16 +39,13 @@ SKEW_MS = 40.0
 
 def missing_prerequisite() -> str | None:
     """Why this machine cannot run the eBPF part, or None when it can."""
-    if os.geteuid() != 0:
-        return "the agent's eBPF probes need root (run `sudo make demo`)"
-    try:
-        import bcc  # noqa: F401
-    except ImportError:
-        return "bcc is not importable (make install links Debian's python3-bpfcc into .venv)"
+    from agent.check import ebpf_missing
+
+    missing = ebpf_missing()
+    if missing:
+        return f"the agent's eBPF probes cannot load here ({missing}); as root: `sudo make demo`"
     if not SIM_LIB.exists():
         return f"{SIM_LIB} is missing (make sim-libs builds it)"
-    if not any(Path("/sys/kernel/tracing").iterdir()):
-        return "tracefs is not mounted (scripts/setup-host.sh mounts it)"
     return None
 
 
@@ -89,7 +85,7 @@ async def investigate(mcp_url: str, token: str) -> dict[str, Any]:
 
 
 def run_straggler_demo(workdir: Path) -> int:
-    from echo.stress.server import EchoProcess
+    from bench.launch.echo import EchoProcess
     from rankecho.demo import check
     from sim.score import CAUSE_TO_FAULT, periods, predictions_from, score
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.procs import LaunchError, stop_process, tail
+from sim.procs import LaunchError, signals_blocked, stop_process, tail
 from sim.scenario import Node
 
 READY_TIMEOUT_S = 60.0
@@ -31,6 +31,8 @@ class AgentSpec:
     cluster_id: str
     token: str | None
     python: str
+    extra: tuple[str, ...] = ()
+    """More ``rankecho agent`` options (tests: ``--spool-dir``, ``--pid``, ``--scan-interval``)."""
 
 
 @dataclass
@@ -55,11 +57,16 @@ def agent_argv(spec: AgentSpec, node: Node, lib_dir: Path, ready: Path) -> list[
         *("--cluster-id", spec.cluster_id, "--node-id", node.id),
         *("--nccl-lib", str(lib_dir / "libnccl.so.2"), "--cuda-lib", str(lib_dir / "libcudart.so.12")),
         *("--clock-offset-ns", str(node.clock_offset_ns), "--ready-file", str(ready)),
+        *spec.extra,
     ]
 
 
 def spawn_agent(spec: AgentSpec, node: Node, node_dir: Path, lib_dir: Path) -> Agent:
-    """Start the node's agent; a node's later agents (a restart) log to agent.2.log, agent.3.log, ..."""
+    """Start the node's agent; a node's later agents (a restart) log to agent.2.log, agent.3.log, ...
+
+    It starts with SIGTERM/SIGINT blocked (:func:`sim.procs.signals_blocked`): the agent unblocks them
+    once its stop handler is installed (``agent.stopflag.install``), so an early stop is a clean one.
+    Anything started in its place must do the same, or it only stops by SIGKILL after the grace time."""
     ready, log = node_dir / "agent.ready", node_dir / "agent.log"
     n = 1
     while log.exists():
@@ -69,7 +76,7 @@ def spawn_agent(spec: AgentSpec, node: Node, node_dir: Path, lib_dir: Path) -> A
     env = dict(os.environ)
     if spec.token is not None:
         env["RANKECHO_TOKEN"] = spec.token
-    with log.open("wb") as out:
+    with log.open("wb") as out, signals_blocked():
         proc = subprocess.Popen(
             agent_argv(spec, node, lib_dir, ready),
             stdout=out,
@@ -112,7 +119,8 @@ def start_agents(
     wait_ready(started)
 
 
-def stop_agents(agents: Iterable[Agent], say: Callable[[str], None], grace_s: float = 30.0) -> None:
+def stop_agents(agents: Iterable[Agent], say: Callable[[str], None], grace_s: float = 30.0) -> list[int]:
+    """SIGTERM every agent at once (each takes ~0.1 s per uprobe to detach), wait; their exit codes."""
     agents = list(agents)
     for a in agents:
         if a.proc.poll() is None:
@@ -120,5 +128,6 @@ def stop_agents(agents: Iterable[Agent], say: Callable[[str], None], grace_s: fl
             a.proc.send_signal(signal.SIGTERM)
     for a in agents:
         stop_process(a.proc, grace_s=grace_s)
-        if a.proc.returncode not in (0, -signal.SIGTERM):
+        if a.proc.returncode != 0:
             say(f"agent for {a.node.id} exited with code {a.proc.returncode}; see {a.log}")
+    return [int(a.proc.returncode) for a in agents]

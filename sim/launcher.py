@@ -75,23 +75,26 @@ def build_libs(root: Path = SIM_ROOT) -> None:
         )
 
 
+def prepare_node_libs(lib: Path, root: Path = SIM_ROOT, endbr: bool = False) -> Path:
+    """Copy the library pair into ``lib`` (fresh files, own inodes, as on another host), with the
+    unversioned ``.so`` links a dlopen by short name needs; ``endbr``: the build whose functions start
+    with endbr64."""
+    src = root / ("build-endbr" if endbr else "build")
+    lib.mkdir(parents=True, exist_ok=True)
+    for name in LIB_NAMES:
+        dst = lib / name
+        dst.unlink(missing_ok=True)
+        shutil.copy2(src / name, dst)
+        link = lib / name.split(".so")[0]
+        link = link.with_name(link.name + ".so")
+        link.unlink(missing_ok=True)
+        link.symlink_to(name)
+    return lib
+
+
 def prepare_lib_dirs(run_dir: Path, scenario: Scenario, root: Path = SIM_ROOT) -> dict[str, Path]:
-    """Copy the library pair into ``<run dir>/<node>/lib`` for every node (fresh files, own inodes)."""
-    src = root / ("build-endbr" if scenario.endbr else "build")
-    out = {}
-    for node in scenario.nodes:
-        lib = run_dir / node.id / "lib"
-        lib.mkdir(parents=True, exist_ok=True)
-        for name in LIB_NAMES:
-            dst = lib / name
-            dst.unlink(missing_ok=True)
-            shutil.copy2(src / name, dst)
-            link = lib / name.split(".so")[0]
-            link = link.with_name(link.name + ".so")
-            link.unlink(missing_ok=True)
-            link.symlink_to(name)
-        out[node.id] = lib
-    return out
+    """Copy the library pair into ``<run dir>/<node>/lib`` for every node."""
+    return {n.id: prepare_node_libs(run_dir / n.id / "lib", root, scenario.endbr) for n in scenario.nodes}
 
 
 def free_port() -> int:
@@ -144,20 +147,29 @@ def rank_argv(
 def rank_env(
     scenario: Scenario, rank: int, node: Node, local: int, port: int, lib_dir: Path
 ) -> dict[str, str]:
+    return torch_env(rank, scenario.world_size, node.id, local, node.ranks, port,
+                     lib_dir if scenario.load == "linked" else None)
+
+
+def torch_env(
+    rank: int, world: int, node_id: str, local: int, local_world: int, port: int, lib_dir: Path | None
+) -> dict[str, str]:
+    """This process's environment plus what torchrun gives a rank; ``lib_dir`` goes first on
+    LD_LIBRARY_PATH (the node's copy of the libraries is the one a linked simrank loads)."""
     env = dict(os.environ)
     env.update(
         {
             "RANK": str(rank),
             "LOCAL_RANK": str(local),
-            "WORLD_SIZE": str(scenario.world_size),
-            "LOCAL_WORLD_SIZE": str(node.ranks),
+            "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(local_world),
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
-            "RANKECHO_NODE_ID": node.id,
+            "RANKECHO_NODE_ID": node_id,
             "SIMRANK_DIE_WITH_PARENT": "1",
         }
     )
-    if scenario.load == "linked":
+    if lib_dir is not None:
         env["LD_LIBRARY_PATH"] = (
             f"{lib_dir}:{env['LD_LIBRARY_PATH']}" if env.get("LD_LIBRARY_PATH") else str(lib_dir)
         )

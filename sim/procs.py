@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class LaunchError(RuntimeError):
@@ -28,3 +32,18 @@ def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, grace
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+@contextmanager
+def signals_blocked() -> Iterator[None]:
+    """Block SIGTERM/SIGINT in this thread while a child is spawned: the child inherits the mask.
+
+    An agent started this way cannot be killed by a stop sent before it installed its handler; it
+    unblocks them once the handler is in place (``agent.stopflag.install``), so the stop is delivered
+    then and the agent exits 0. This thread gets any signal that arrived meanwhile on leaving.
+    """
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

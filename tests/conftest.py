@@ -7,14 +7,15 @@ Both bind 127.0.0.1 on free ports, use a fresh DuckDB file under pytest's tmp di
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from echo_helpers import TEST_TOKEN
 
+from bench.launch.echo import EchoProcess
 from echo.app import Echo
 from echo.settings import HostPort, Settings
-from echo.stress.server import EchoProcess
 
 LOOPBACK_ANY_PORT = HostPort("127.0.0.1", 0)
 
@@ -32,15 +33,23 @@ def local_settings(db_path: Path, **overrides: object) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
+@contextmanager
+def inproc_echo(db_path: Path, **overrides: object) -> Iterator[Echo]:
+    """A started in-process Echo on ``db_path`` with :func:`local_settings` (plus ``overrides``); the
+    one in-process Echo of the tests (the fixture below, module-scoped fixtures, tests that need two)."""
+    with Echo(local_settings(db_path, **overrides)) as echo:
+        yield echo
+
+
 @pytest.fixture
 def echo_inproc(tmp_path: Path) -> Iterator[Echo]:
     """A started in-process :class:`echo.app.Echo` on ``tmp_path/echo.db``.
 
     Use ``echo_inproc.grpc_address`` / ``.http_address`` ("127.0.0.1:PORT"), ``.reader.query(sql)``
     for reads on the same DuckDB instance, ``.stats`` for counters; the token is ``TEST_TOKEN``.
-    For other settings build ``Echo(local_settings(path, queue_rows=10))`` in the test itself.
+    For other settings use ``inproc_echo(path, queue_rows=10)`` in the test itself.
     """
-    with Echo(local_settings(tmp_path / "echo.db")) as echo:
+    with inproc_echo(tmp_path / "echo.db") as echo:
         yield echo
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +17,12 @@ import grpc
 import httpx
 from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from shared import contract as c
 from shared.otlp import Point, metrics_request
+from shared.retryinfo import retry_trailers
 
 TEST_TOKEN = "test-token-0123456789"
 
@@ -45,6 +49,22 @@ def http_post(
     if token is not None:
         all_headers["Authorization"] = f"Bearer {token}"
     return httpx.post(f"http://{address}/v1/{signal}", content=body, headers=all_headers, timeout=30)
+
+
+def rows(echo: Any, sql: str) -> list[tuple[Any, ...]]:
+    """Every row ``sql`` returns on a running Echo's reader (result caps lifted: tests read whole tables)."""
+    return list(echo.reader.query(sql, max_rows=1_000_000, max_bytes=1 << 30, timeout_s=60).rows)
+
+
+def row_dicts(echo: Any, sql: str) -> list[dict[str, Any]]:
+    """:func:`rows` as {column: value} dicts."""
+    result = echo.reader.query(sql, max_rows=1_000_000, max_bytes=1 << 30, timeout_s=60)
+    return [dict(zip(result.columns, r, strict=True)) for r in result.rows]
+
+
+def count(echo: Any, where: str = "true") -> int:
+    """Rows of ``events`` matching ``where`` on a running Echo."""
+    return int(rows(echo, f"SELECT count(*) FROM events WHERE {where}")[0][0])
 
 
 def health_points(n: int, start_ns: int | None = None, **attrs: Any) -> list[Point]:
@@ -93,6 +113,71 @@ def self_signed(tmp_path: Path) -> tuple[Path, Path]:
         )
     )
     return cert_path, key_path
+
+
+class ScriptedCollector:
+    """A stand-in OTLP metrics receiver for client tests (the agent's exporter, the stress tool): answers
+    each Export with the next status in ``script`` (OK once it runs out), a failure carrying a RetryInfo
+    of ``retry_after_s`` (None: no RetryInfo), and records what it was sent and what it accepted."""
+
+    def __init__(self, script: Sequence[grpc.StatusCode] = (), retry_after_s: float | None = 0.05) -> None:
+        self.script = list(script)
+        self.retry_after_s = retry_after_s
+        self.received: list[metrics_service_pb2.ExportMetricsServiceRequest] = []
+        self.metadata: list[dict[str, str]] = []
+        self.call_times: list[float] = []
+        self.lock = threading.Lock()
+
+    @property
+    def calls(self) -> int:
+        return len(self.metadata)
+
+    @property
+    def auth(self) -> list[str]:
+        return [m.get("authorization", "") for m in self.metadata]
+
+    @property
+    def accepted(self) -> list[str]:
+        """Event ids of every accepted point, in arrival order."""
+        return self.event_ids()
+
+    def export(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        with self.lock:
+            self.metadata.append(dict(context.invocation_metadata()))
+            self.call_times.append(time.monotonic())
+            code = self.script.pop(0) if self.script else grpc.StatusCode.OK
+        if code is not grpc.StatusCode.OK:
+            if self.retry_after_s is not None:
+                context.set_trailing_metadata(retry_trailers(code, "scripted", self.retry_after_s))
+            context.abort(code, f"scripted {code.name}")
+        with self.lock:
+            self.received.append(metrics_service_pb2.ExportMetricsServiceRequest.FromString(request))
+        return metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
+
+    def event_ids(self) -> list[str]:
+        with self.lock:
+            return [kv.value.string_value for req in self.received for rm in req.resource_metrics
+                    for sm in rm.scope_metrics for m in sm.metrics for dp in m.gauge.data_points
+                    for kv in dp.attributes if kv.key == c.EVENT_ID]
+
+
+@contextmanager
+def scripted_collector(
+    script: Sequence[grpc.StatusCode] = (), retry_after_s: float | None = 0.05
+) -> Iterator[tuple[ScriptedCollector, str]]:
+    """A :class:`ScriptedCollector` served on 127.0.0.1; yields it and its ``host:port``."""
+    col = ScriptedCollector(script, retry_after_s)
+    handler = grpc.method_handlers_generic_handler(
+        "opentelemetry.proto.collector.metrics.v1.MetricsService",
+        {"Export": grpc.unary_unary_rpc_method_handler(col.export)},
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(4), handlers=[handler])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield col, f"127.0.0.1:{port}"
+    finally:
+        server.stop(0)
 
 
 def wait_until(cond: Callable[[], bool], what: str, timeout_s: float = 30.0, poll_s: float = 0.02) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -114,7 +113,7 @@ def test_ebpf_flag_prints_the_program_with_its_knobs() -> None:
 
 
 def test_header_and_decoder_agree() -> None:
-    header = (probes.BPF_DIR / "agent.h").read_text()
+    header = probes.program_text()
     c_fns = {m[0]: int(m[1]) for m in re.findall(r"FN_(\w+) = (\d+)", header)}
     assert c_fns == {f.name: f.value for f in FN}
     c_kinds = {m[0]: int(m[1]) for m in re.findall(r"KIND_(\w+) = (\d+)", header)}
@@ -144,7 +143,7 @@ def test_prologue_classification_past_endbr64(tmp_path: Path) -> None:
     assert names == ["test %rdi,%rdi", "test %r8,%r8", "mov %rdi,%rax", "bytes c3"]
 
 
-requires_bcc = pytest.mark.skipif(importlib.util.find_spec("bcc") is None, reason="needs the bcc bindings")
+requires_bcc = pytest.mark.skipif(not check.check_bcc().ok, reason=check.check_bcc().fix)
 
 
 @requires_bcc

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+from echo_helpers import ScriptedCollector, scripted_collector
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
 from agent.export import ExportConfig, Exporter, backoff_s, encode_batch, retryable
 from agent.spool import Spool
@@ -19,44 +18,10 @@ from shared import contract as c
 from shared.otlp import Point
 
 
-class Collector(metrics_service_pb2_grpc.MetricsServiceServicer):
-    """Answers each Export with the next scripted status code (None = OK), recording what came in."""
-
-    def __init__(self) -> None:
-        self.script: list[grpc.StatusCode | None] = []
-        self.received: list[metrics_service_pb2.ExportMetricsServiceRequest] = []
-        self.metadata: list[dict[str, str]] = []
-        self.lock = threading.Lock()
-
-    def Export(self, request: Any, context: Any) -> Any:
-        with self.lock:
-            self.metadata.append(dict(context.invocation_metadata()))
-            code = self.script.pop(0) if self.script else None
-            if code is not None:
-                context.abort(code, "scripted")
-            self.received.append(request)
-        return metrics_service_pb2.ExportMetricsServiceResponse()
-
-    def event_ids(self) -> list[str]:
-        out = []
-        for req in self.received:
-            for rm in req.resource_metrics:
-                for sm in rm.scope_metrics:
-                    for m in sm.metrics:
-                        for dp in m.gauge.data_points:
-                            out += [kv.value.string_value for kv in dp.attributes if kv.key == c.EVENT_ID]
-        return out
-
-
 @pytest.fixture
-def collector() -> Iterator[tuple[Collector, str]]:
-    col = Collector()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(col, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield col, f"127.0.0.1:{port}"
-    server.stop(0)
+def collector() -> Iterator[tuple[ScriptedCollector, str]]:
+    with scripted_collector() as served:
+        yield served
 
 
 def points(n: int, start: int = 0) -> list[tuple[Any, Point]]:
@@ -88,11 +53,17 @@ def test_backoff_and_retry_decisions() -> None:
     assert [backoff_s(a, 0.5, 5.0, rand=lambda: 0.5) for a in range(6)] == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
     assert backoff_s(0, 1.0, 5.0, rand=lambda: 0.0) == pytest.approx(0.8)
     assert backoff_s(0, 1.0, 5.0, rand=lambda: 1.0) == pytest.approx(1.2)
-    assert retryable(grpc.StatusCode.UNAVAILABLE) and retryable(grpc.StatusCode.UNAUTHENTICATED)
-    assert not retryable(grpc.StatusCode.INVALID_ARGUMENT)
+    # The OTLP spec's rules (shared.retry): auth and internal errors are final, RESOURCE_EXHAUSTED is
+    # retried only when Echo says when.
+    assert retryable(grpc.StatusCode.UNAVAILABLE) and retryable(None)
+    finals = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.INTERNAL)
+    for final in finals:
+        assert not retryable(final)
+    assert not retryable(grpc.StatusCode.RESOURCE_EXHAUSTED)
+    assert retryable(grpc.StatusCode.RESOURCE_EXHAUSTED, 1.0)
 
 
-def test_token_and_delivery(collector: tuple[Collector, str], tmp_path: Path) -> None:
+def test_token_and_delivery(collector: tuple[ScriptedCollector, str], tmp_path: Path) -> None:
     col, address = collector
     exp = Exporter(ExportConfig(address, token="s3cret"), Spool(tmp_path))
     exp.start()
@@ -104,7 +75,7 @@ def test_token_and_delivery(collector: tuple[Collector, str], tmp_path: Path) ->
 
 
 def test_unreachable_echo_spools_then_replays_everything(
-    collector: tuple[Collector, str], tmp_path: Path
+    collector: tuple[ScriptedCollector, str], tmp_path: Path
 ) -> None:
     col, address = collector
     col.script = [grpc.StatusCode.UNAVAILABLE] * 3
@@ -119,7 +90,7 @@ def test_unreachable_echo_spools_then_replays_everything(
     assert len(spool) == 0
 
 
-def test_permanent_rejection_is_not_retried(collector: tuple[Collector, str], tmp_path: Path) -> None:
+def test_permanent_rejection_is_not_retried(collector: tuple[ScriptedCollector, str], tmp_path: Path) -> None:
     col, address = collector
     col.script = [grpc.StatusCode.INVALID_ARGUMENT]
     exp = Exporter(ExportConfig(address), Spool(tmp_path))
@@ -129,6 +100,34 @@ def test_permanent_rejection_is_not_retried(collector: tuple[Collector, str], tm
     wait_for(lambda: len(col.received) == 1)
     exp.close(2)
     assert exp.rejected_points == 3 and col.event_ids() == ["e3", "e4"]
+
+
+def test_wrong_token_is_final_and_says_the_fix(
+    collector: tuple[ScriptedCollector, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    col, address = collector
+    col.script = [grpc.StatusCode.UNAUTHENTICATED] * 2
+    spool = Spool(tmp_path)
+    exp = Exporter(ExportConfig(address, token="wrong", backoff_base_s=0.01), spool)
+    exp.start()
+    exp.submit(batch(3))
+    exp.submit(batch(2, start=3))
+    wait_for(lambda: exp.rejected_points == 5)
+    exp.close(1)
+    assert col.calls == 2 and col.event_ids() == [] and len(spool) == 0  # no resend, nothing spooled
+    assert "RANKECHO_TOKEN or --token-file" in caplog.text
+
+
+def test_echo_retry_info_delay_is_honoured(tmp_path: Path) -> None:
+    # The policy alone would resend after ~10 ms; Echo asks for 400 ms and the agent waits that long.
+    with scripted_collector([grpc.StatusCode.UNAVAILABLE], retry_after_s=0.4) as (col, address):
+        exp = Exporter(ExportConfig(address, backoff_base_s=0.01, backoff_max_s=0.01), Spool(tmp_path))
+        exp.start()
+        exp.submit(batch(4))
+        wait_for(lambda: len(col.event_ids()) == 4)
+        exp.close(1)
+    assert col.calls == 2
+    assert col.call_times[1] - col.call_times[0] >= 0.4
 
 
 def test_close_leaves_undeliverable_batches_in_the_spool_for_the_next_run(tmp_path: Path) -> None:

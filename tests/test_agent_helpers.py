@@ -1,30 +1,20 @@
-"""Helpers (no tests) for the agent eBPF tests: skip reasons, a started Echo, reading Echo back."""
+"""Helpers (no tests) for the agent eBPF tests: the eBPF skip, the built simulator, reading records.
+
+An in-process Echo is ``conftest.inproc_echo``; reading it back, ``echo_helpers.row_dicts``."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agent.check import ebpf_missing
+
 ROOT = Path(__file__).resolve().parent.parent
 SIM = ROOT / "sim"
-
-
-def ebpf_skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to load BPF programs"
-    if importlib.util.find_spec("bcc") is None:
-        return "needs the bcc python bindings (make install)"
-    if not Path(f"/lib/modules/{os.uname().release}/build").exists():
-        return "needs kernel headers (scripts/setup-host.sh)"
-    return None
 
 
 def sim_built() -> Path:
@@ -33,22 +23,8 @@ def sim_built() -> Path:
     return SIM
 
 
-requires_ebpf = pytest.mark.skipif(ebpf_skip_reason() is not None, reason=str(ebpf_skip_reason()))
-
-
-@contextmanager
-def inproc_echo(db: Path) -> Iterator[Any]:
-    from conftest import local_settings
-
-    from echo.app import Echo
-
-    with Echo(local_settings(db)) as echo:
-        yield echo
-
-
-def rows(echo: Any, sql: str) -> list[dict[str, Any]]:
-    result = echo.reader.query(sql, max_rows=1_000_000, max_bytes=1 << 30, timeout_s=60)
-    return [dict(zip(result.columns, r, strict=True)) for r in result.rows]
+requires_ebpf = pytest.mark.skipif(ebpf_missing() is not None, reason=str(ebpf_missing()))
+"""The one eBPF prerequisite test (agent.check.ebpf_missing), shared with the agent bench and the demo."""
 
 
 def attrs(row: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ killed and restarted, Echo down for 30 s. Real eBPF on the simulator's libraries
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from collections import Counter
@@ -12,12 +13,13 @@ from typing import Any
 
 import duckdb
 import pytest
-from echo_helpers import TEST_TOKEN
-from test_agent_helpers import attrs, inproc_echo, rank_pids, requires_ebpf, rows, sim_built, step_lines
+from conftest import inproc_echo
+from echo_helpers import TEST_TOKEN, row_dicts
+from test_agent_helpers import attrs, rank_pids, requires_ebpf, sim_built, step_lines
 
-from agent.harness import SimJob, stop_all
-from echo.stress.server import EchoProcess
+from bench.launch.echo import EchoProcess
 from shared import contract as c
+from sim.job import SimJob, stop_all
 
 pytestmark = [requires_ebpf, pytest.mark.ebpf]
 
@@ -38,7 +40,7 @@ def test_libraries_loaded_by_dlopen_after_the_agent_started(tmp_path: Path) -> N
             assert "libnccl" not in maps
         job.wait(ranks)
         assert stop_all(agents) == [0]
-        got = collectives(rows(echo, "SELECT * FROM events"))
+        got = collectives(row_dicts(echo, "SELECT * FROM events"))
     assert Counter(r["rank"] for r in got) == {0: 4, 1: 4}
     assert all(attrs(r)[c.SEQ_ALIGNED] for r in got)
     assert len({r["causal_chain_id"] for r in got}) == 4
@@ -52,7 +54,7 @@ def test_pid_filter_traces_only_the_named_process(tmp_path: Path) -> None:
         agent = job.start_agent("node-a", echo.grpc_address, TEST_TOKEN, "--pid", str(ranks[1].pid))
         job.wait(ranks)
         assert stop_all([agent]) == [0]
-        events = rows(echo, "SELECT * FROM events WHERE rank IS NOT NULL")
+        events = row_dicts(echo, "SELECT * FROM events WHERE rank IS NOT NULL")
     assert {attrs(r)[c.PROCESS_PID] for r in events} == {ranks[1].pid}
     assert Counter(r["rank"] for r in collectives(events)) == {1: 4}
     assert any(r["metric_name"] == c.M_OFFCPU for r in events)
@@ -82,7 +84,7 @@ def test_job_started_after_the_agent_is_found_by_rescan(tmp_path: Path) -> None:
             assert agent.wait(30) == 0
         log_text = env_agent.read_text()
         # Discovery also finds any other job on this machine: keep only our rank's events.
-        everything = collectives(rows(echo, "SELECT * FROM events"))
+        everything = collectives(row_dicts(echo, "SELECT * FROM events"))
         got = [r for r in everything if attrs(r)[c.PROCESS_PID] == rank.pid]
     assert "attached" in log_text and str(libs / "libnccl.so.2") in log_text, log_text
     assert got, log_text
@@ -116,7 +118,7 @@ def test_restarted_rank_new_pid_and_reused_pid(tmp_path: Path) -> None:
         third = _start_with_pid(job, second.pid, args)  # a restart that reuses the previous pid
         job.wait([third])
         assert stop_all(agents) == [0]
-        got = collectives(rows(echo, "SELECT * FROM events"))
+        got = collectives(row_dicts(echo, "SELECT * FROM events"))
     runs = Counter((attrs(r)[c.PROCESS_PID], attrs(r)[c.PROCESS_START_NS]) for r in got)
     assert len(runs) == 3 and set(runs.values()) == {3}
     assert {pid for pid, _ in runs} == {first.pid, second.pid}
@@ -133,12 +135,18 @@ def test_agent_killed_and_restarted_mid_run(tmp_path: Path) -> None:
         [agent] = job.start_agents(echo.grpc_address, TEST_TOKEN)
         ranks = job.start_ranks(["--steps", "120", "--compute-us", "40000"])
         time.sleep(1.5)
-        agent.kill(wait=False)
-        again = job.start_agent("node-a", echo.grpc_address, TEST_TOKEN, name="node-a-again")
+        # Hold the job while the new agent compiles (seconds on a loaded machine, when the ranks could
+        # otherwise finish first and the new agent see nothing): it must attach mid-run.
+        for p in ranks:
+            p.send_signal(signal.SIGSTOP)
+        agent.proc.kill()
+        again = job.start_agent("node-a", echo.grpc_address, TEST_TOKEN)
+        for p in ranks:
+            p.send_signal(signal.SIGCONT)
         job.wait(ranks)
         agent.proc.wait()
         assert stop_all([again]) == [0]
-        got = collectives(rows(echo, "SELECT * FROM events"))
+        got = collectives(row_dicts(echo, "SELECT * FROM events"))
         pids = dict(rank_pids(job.rank_log(r)) for r in range(2))
     aligned = [r for r in got if attrs(r)[c.SEQ_ALIGNED]]
     unaligned = [r for r in got if not attrs(r)[c.SEQ_ALIGNED]]
@@ -174,7 +182,7 @@ def test_echo_down_for_30_s_loses_nothing(tmp_path: Path) -> None:
         deadline = time.monotonic() + 30
         while list(spool.rglob("*.otlp")) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not list(spool.rglob("*.otlp")), agent.log()
+        assert not list(spool.rglob("*.otlp")), agent.log.read_text()
         assert stop_all([agent]) == [0]
     finally:
         echo.stop()

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from agent.export import Encoded, ExportConfig, Exporter, encode_batch
-from agent.harness import free_port
 from agent.spool import Spool
 from shared import contract as c
 from shared.otlp import Point
+from sim.launcher import free_port
 from tests.echo_helpers import TEST_TOKEN, RestartableEcho
 
 OUTAGE_S = 8.0

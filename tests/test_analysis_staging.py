@@ -9,7 +9,7 @@ from typing import Any
 import duckdb
 import pytest
 from conftest import local_settings
-from echo_helpers import TEST_TOKEN, grpc_export
+from echo_helpers import TEST_TOKEN, grpc_export, rows
 
 from echo.app import Echo
 from echo.store.migrate import available, migrate
@@ -52,10 +52,6 @@ def activity() -> list[Point]:
         ),
         Point(c.M_HEALTH, T0 + 8, 0.9, {c.EVENT_ID: "h"}),  # not an interval: not staged
     ]
-
-
-def rows(echo: Echo, sql: str) -> list[tuple[Any, ...]]:
-    return echo.reader.query(sql).rows
 
 
 def test_the_commit_that_stores_a_collective_also_stores_its_typed_copy(echo_inproc: Echo) -> None:

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from echo_helpers import TEST_TOKEN as TOKEN
 
-from echo.stress.harness import StressProcess
-from echo.stress.server import EchoProcess
-
-TOKEN = "burst-test-token"
+from bench.launch.echo import EchoProcess
+from bench.launch.stress import StressProcess
 
 
 @pytest.mark.parametrize("client", ["raw", "sdk"])

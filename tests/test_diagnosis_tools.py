@@ -18,12 +18,12 @@ from echo_helpers import TEST_TOKEN
 from fastmcp import Client
 from fastmcp.exceptions import ToolError
 
+from bench.launch.echo import EchoProcess
 from echo.mcp.rates import load_rates
 from echo.mcp.server import build_server
 from echo.mcp.tools import Investigation
 from echo.store.migrate import migrate
 from echo.store.reader import Reader
-from echo.stress.server import EchoProcess
 from sim.synthetic import SynFault, SynNode, SyntheticJob, write_job
 
 REPO = Path(__file__).resolve().parent.parent

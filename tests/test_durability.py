@@ -11,12 +11,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from echo_helpers import TEST_TOKEN as TOKEN
 
-from echo.stress.harness import StressProcess
+from bench.launch.echo import EchoProcess
+from bench.launch.stress import StressProcess
 from echo.stress.planting import StressPlan
-from echo.stress.server import EchoProcess
 
-TOKEN = "durability-test-token"
 KILLS = 3
 
 

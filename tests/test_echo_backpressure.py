@@ -18,7 +18,7 @@ from opentelemetry.sdk.metrics.export import MetricExportResult
 from test_echo_interop import sdk_metrics
 
 from echo.app import Echo
-from echo.retryinfo import RETRY_INFO_KEY, STATUS_DETAILS_KEY, retry_delay_from
+from shared.retryinfo import RETRY_INFO_KEY, STATUS_DETAILS_KEY, retry_delay_from
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 from conftest import local_settings
-from echo_helpers import TEST_TOKEN, grpc_export, http_post, node_request
+from echo_helpers import TEST_TOKEN, count, grpc_export, http_post, node_request
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValueList
 
 from echo.app import Echo
@@ -36,10 +36,6 @@ def raw_grpc(echo: Echo, body: bytes) -> grpc.RpcError:
         with pytest.raises(grpc.RpcError) as info:
             call(body, metadata=[("authorization", f"Bearer {TEST_TOKEN}")], timeout=10)
     return info.value
-
-
-def count(echo: Echo, where: str = "true") -> int:
-    return int(echo.reader.query(f"SELECT count(*) FROM events WHERE {where}").rows[0][0])  # type: ignore[arg-type]
 
 
 def still_serves(echo: Echo) -> None:

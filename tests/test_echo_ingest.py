@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 
-from echo_helpers import TEST_TOKEN, grpc_export, node_request
+from echo_helpers import TEST_TOKEN, grpc_export, node_request, rows
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -16,13 +16,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from echo.app import Echo
 from echo.ingest import keys
-from echo.stress.queries import FANIN_QUERIES
+from echo.queries import FANIN
 from shared import contract as c
 from shared.otlp import Point, any_value, key_values, metrics_request
-
-
-def rows(echo: Echo, sql: str) -> list[tuple[object, ...]]:
-    return echo.reader.query(sql).rows
 
 
 def test_semconv_and_plain_keys_map_to_columns_resource_wins_and_conflicts_are_kept_and_counted(
@@ -77,14 +73,14 @@ def test_seed_queries_run_verbatim_and_count_exactly(echo_inproc: Echo) -> None:
         metrics_request({"cluster_id": "demo-cluster", "node_id": "node-x"}, chain_points),
         TEST_TOKEN,
     )
-    assert rows(echo_inproc, FANIN_QUERIES["per_node_events"]) == [
+    assert rows(echo_inproc, FANIN["per_node_events"].sql) == [
         ("demo-cluster", "node-a100", 100),
         ("demo-cluster", "node-h100", 100),
         ("demo-cluster", "node-x", 8),
     ]
-    assert rows(echo_inproc, FANIN_QUERIES["chains"]) == [(4,)]
-    assert sorted(rows(echo_inproc, FANIN_QUERIES["stragglers"])) == [("node-a100", 25), ("node-h100", 25)]
-    quantiles = dict((r[0], r[1:]) for r in rows(echo_inproc, FANIN_QUERIES["health_quantiles"]))
+    assert rows(echo_inproc, FANIN["chains"].sql) == [(4,)]
+    assert sorted(rows(echo_inproc, FANIN["stragglers"].sql)) == [("node-a100", 25), ("node-h100", 25)]
+    quantiles = dict((r[0], r[1:]) for r in rows(echo_inproc, FANIN["health_quantiles"].sql))
     assert quantiles["node-x"] == (0.9, 0.9)
     assert quantiles["node-a100"][0] == 0.9
 

@@ -23,7 +23,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from echo.app import Echo
 from echo.ingest import keys
-from echo.stress.queries import FANIN_QUERIES
+from echo.queries import FANIN
 from shared import contract as c
 
 
@@ -52,8 +52,8 @@ def test_otel_sdk_grpc_exporter_keeps_explicit_timestamps(echo_inproc: Echo) -> 
     got = echo_inproc.reader.query("SELECT timestamp_ns, cluster_id, node_id, rank, nranks FROM events").rows
     assert sorted(r[0] for r in got) == sorted(stamps)
     assert {r[1:] for r in got} == {("sdk-cluster", "sdk-node", 1, 2)}
-    assert echo_inproc.reader.query(FANIN_QUERIES["chains"]).rows == [(5,)]
-    assert echo_inproc.reader.query(FANIN_QUERIES["stragglers"]).rows == [("sdk-node", 1)]
+    assert echo_inproc.reader.query(FANIN["chains"].sql).rows == [(5,)]
+    assert echo_inproc.reader.query(FANIN["stragglers"].sql).rows == [("sdk-node", 1)]
 
 
 def test_otlp_http_json_metrics_and_traces_from_a_plain_client(echo_inproc: Echo) -> None:

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pytest
 from echo_helpers import TEST_TOKEN, grpc_export, node_request, wait_until
 
+from bench.launch.echo import EchoProcess
 from echo.store.lock import StoreLock, StoreLockedError, is_locked
-from echo.stress.server import EchoProcess
 from shared import contract as c
 from shared.otlp import Point, metrics_request
 

@@ -8,9 +8,9 @@ import pytest
 from conftest import local_settings
 from echo_helpers import grpc_export, node_request
 
+from bench.launch.echo import EchoProcess
 from echo.app import Echo
 from echo.settings import HostPort, Settings, SettingsError, settings_from_args
-from echo.stress.server import EchoProcess
 from rankecho.cli import build_parser
 
 

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from echo_helpers import TEST_TOKEN as TOKEN
 
-from echo.stress.harness import StressProcess
-from echo.stress.queries import FANIN_QUERIES as Q
-from echo.stress.server import EchoProcess
+from bench.launch.echo import EchoProcess
+from bench.launch.stress import StressProcess
+from echo.queries import FANIN
 
 KEEP_DB_DEFAULT = Path("/tmp/echo-fanin-demo.db")
-TOKEN = "fanin-test-token"
 
 
 def keep_db_path() -> Path | None:
@@ -58,15 +58,15 @@ def test_all_events_land_chains_survive_and_stragglers_surface(db: Path, client:
     for run in runs:
         expected_stragglers.update(run.plan().stragglers_per_node())
     with duckdb.connect(str(db), read_only=True) as con:
-        assert con.execute(Q["total"]).fetchall() == [(2000,)]
-        per_node = con.execute(Q["per_node_events"]).fetchall()
+        assert con.execute(FANIN["total"].sql).fetchall() == [(2000,)]
+        per_node = con.execute(FANIN["per_node_events"].sql).fetchall()
         assert per_node == [("cluster-a", f"node-a-{p}", 250) for p in range(4)] + [
             ("cluster-b", f"node-b-{p}", 250) for p in range(4)
         ]
-        assert con.execute(Q["chains"]).fetchall() == [(80,)]
-        stragglers = dict(con.execute(Q["stragglers"]).fetchall())
+        assert con.execute(FANIN["chains"].sql).fetchall() == [(80,)]
+        stragglers = dict(con.execute(FANIN["stragglers"].sql).fetchall())
         assert stragglers == expected_stragglers
         assert sum(stragglers.values()) == 18
-        quantiles = con.execute(Q["health_quantiles"]).fetchall()
+        quantiles = con.execute(FANIN["health_quantiles"].sql).fetchall()
         assert len(quantiles) == 8 and all(0.55 <= median <= p95 < 1.0 for _, median, p95 in quantiles)
-        assert con.execute(Q["duplicates"]).fetchall() == [(0,)]
+        assert con.execute(FANIN["duplicates"].sql).fetchall() == [(0,)]

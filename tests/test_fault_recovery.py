@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from echo_helpers import TEST_TOKEN, RestartableEcho
-from test_agent_helpers import requires_ebpf, rows, sim_built
+from echo_helpers import TEST_TOKEN, RestartableEcho, row_dicts
+from test_agent_helpers import requires_ebpf, sim_built
 
-from agent.harness import SimJob, stop_all
 from echo.app import Echo
 from shared import contract as c
+from sim.job import SimJob, stop_all
 
 pytestmark = [requires_ebpf, pytest.mark.ebpf, pytest.mark.slow]
 
@@ -59,7 +59,7 @@ def spooled_points(root: Path) -> int:
 
 def complete_instances(echo: Echo, world: int) -> tuple[int, int]:
     """(collective instances every rank reported, all instances), by the agents' own chain ids."""
-    [row] = rows(echo, f"""
+    [row] = row_dicts(echo, f"""
         SELECT count(*) FILTER (WHERE n = {world}) AS complete, count(*) AS total FROM (
             SELECT causal_chain_id, count(DISTINCT rank) AS n FROM events
             WHERE metric_name = '{c.M_COLLECTIVE}' GROUP BY causal_chain_id)""")  # fmt: skip
@@ -96,7 +96,7 @@ def test_outage_under_real_agents_every_collective_arrives_by_the_end(
     assert echo.echo is not None
     complete, total = figures["complete_after_agent_exit"] = complete_instances(echo.echo, sim.world)
     print("outage figures:", figures)
-    assert codes == [0, 0], [a.log()[-3000:] for a in agents]
+    assert codes == [0, 0], [a.log.read_text()[-3000:] for a in agents]
     assert figures["spooled_during_outage"] > 0, "the outage did not make the agents spool"
     assert figures["first_commit_after_return_s"] < 2.0
     assert figures["stranded_after_agent_exit"] == 0
@@ -112,8 +112,8 @@ def test_agent_kill_9_and_restart_collectives_join_again(echo: RestartableEcho, 
 
     def restart() -> None:
         time.sleep(4.0)
-        agents[1].kill(wait=False)  # the kernel takes seconds to detach its uprobes: start the next now
-        restarted.append(sim.start_agent("node-b", echo.address, TEST_TOKEN, name="node-b-2"))
+        agents[1].proc.kill()  # the kernel takes seconds to detach its uprobes: start the next now
+        restarted.append(sim.start_agent("node-b", echo.address, TEST_TOKEN))
 
     killer = threading.Thread(target=restart)
     killer.start()
@@ -123,13 +123,13 @@ def test_agent_kill_9_and_restart_collectives_join_again(echo: RestartableEcho, 
         killer.join()
         codes = stop_all([agents[0], *restarted])
     assert echo.echo is not None
-    assert codes == [0, 0], restarted[0].log()[-3000:] if restarted else ""
-    ids = rows(echo.echo, f"""
+    assert codes == [0, 0], restarted[0].log.read_text()[-3000:] if restarted else ""
+    ids = row_dicts(echo.echo, f"""
         SELECT json_extract_string(attrs_json, '$."{c.SEQ_ALIGNED}"') AS aligned,
                count(DISTINCT json_extract_string(attrs_json, '$."{c.COMM_ID}"')) AS comms, count(*) AS n
         FROM events WHERE metric_name = '{c.M_COLLECTIVE}' GROUP BY ALL ORDER BY aligned""")  # fmt: skip
     raw_complete, raw_total = complete_instances(echo.echo, sim.world)
-    [arrivals] = rows(echo.echo, """
+    [arrivals] = row_dicts(echo.echo, """
         SELECT count(*) FILTER (WHERE n = comm_size) AS complete, count(*) AS total
         FROM rk_arrivals(NULL, NULL, NULL)""")  # fmt: skip
     raw = {"raw chain ids complete": (raw_complete, raw_total)}
@@ -138,7 +138,7 @@ def test_agent_kill_9_and_restart_collectives_join_again(echo: RestartableEcho, 
     assert set(by_aligned) == {"true", "false"}, ids
     # the restarted agent names the same one communicator as before and as the other node
     assert by_aligned["true"]["comms"] == 1 and by_aligned["false"]["comms"] == 1
-    [both] = rows(echo.echo, f"""
+    [both] = row_dicts(echo.echo, f"""
         SELECT count(DISTINCT json_extract_string(attrs_json, '$."{c.COMM_ID}"')) AS comms
         FROM events WHERE metric_name = '{c.M_COLLECTIVE}'""")  # fmt: skip
     assert both["comms"] == 1
@@ -146,7 +146,7 @@ def test_agent_kill_9_and_restart_collectives_join_again(echo: RestartableEcho, 
     node_b_sql = (
         f"SELECT count(*) AS n FROM events WHERE metric_name = '{c.M_COLLECTIVE}' AND node_id = 'node-b'"
     )
-    [node_b] = rows(echo.echo, node_b_sql)
+    [node_b] = row_dicts(echo.echo, node_b_sql)
     observed = node_b["n"] // 2
     print(
         f"instances observed on node-b {observed} of {steps}; complete after realignment "

@@ -28,7 +28,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from echo.stress.server import EchoProcess
+from bench.launch.echo import EchoProcess
 
 pytestmark = pytest.mark.slow
 

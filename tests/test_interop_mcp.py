@@ -16,9 +16,9 @@ from echo_helpers import TEST_TOKEN, grpc_export
 from interop_clients import inspector_command, run_client
 from test_mcp_tools import TOOLS
 
+from bench.launch.echo import EchoProcess
 from echo.ingest.rows import ARROW_SCHEMA
 from echo.mcp.http import UNAUTHORIZED_MESSAGE
-from echo.stress.server import EchoProcess
 from shared import contract as c
 from shared.otlp import Point, metrics_request
 

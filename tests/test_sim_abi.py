@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from sim.abi import Dim3, UniqueId
 from sim.launcher import SIM_ROOT, build_libs
 
 BUILD = SIM_ROOT / "build"
@@ -52,14 +53,6 @@ NCCL_NAMES = [
     "ncclGroupStart",
     "ncclGroupEnd",
 ]
-
-
-class Dim3(ctypes.Structure):
-    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
-
-
-class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_char * 128)]
 
 
 @pytest.fixture(scope="module")

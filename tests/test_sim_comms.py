@@ -19,13 +19,12 @@ from sim.launcher import SIM_ROOT, build_libs
 WORKER = r"""
 import ctypes, json, os, sys, time
 from pathlib import Path
+from sim.abi import UniqueId
 C = ctypes
 build, plan, xdir = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 cudart = C.CDLL(build + "/libcudart.so.12")
 nccl = C.CDLL(build + "/libnccl.so.2")
-class UniqueId(C.Structure):
-    _fields_ = [("internal", C.c_char * 128)]
 P = C.c_void_p
 nccl.ncclCommInitRank.argtypes = [C.POINTER(P), C.c_int, UniqueId, C.c_int]
 nccl.ncclAllReduce.argtypes = [P, P, C.c_size_t, C.c_int, C.c_int, P, P]

@@ -31,6 +31,9 @@ def term(*_):
     record.write_text(json.dumps(info))
     sys.exit(0)
 signal.signal(signal.SIGTERM, term)
+# As the real agent does (agent.stopflag.install): the launcher starts agents with the stop signals
+# blocked, so a stop sent before the handler exists waits for it.
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGTERM, signal.SIGINT}})
 if os.environ.get("FAKE_AGENT_FAIL"):
     print("cannot attach probes: no such library", flush=True)
     sys.exit(3)

@@ -18,10 +18,10 @@ import grpc
 import httpx
 import pytest
 
+from bench.launch.echo import EchoProcess
 from echo.app import Echo
 from echo.settings import HostPort, Settings
 from echo.store.condition import cause_of
-from echo.stress.server import EchoProcess
 from tests.echo_helpers import TEST_TOKEN, grpc_export, node_request
 
 TMPFS_BYTES = 24 << 20

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.launch.echo import EchoProcess
 from echo.store.lock import StoreLock, StoreLockedError, is_locked, read_holder
-from echo.stress.server import EchoProcess
 from tests.echo_helpers import TEST_TOKEN
 
 

@@ -5,23 +5,18 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
 
 import grpc
 import pytest
-from google.protobuf.duration_pb2 import Duration
-from google.rpc.error_details_pb2 import RetryInfo
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as ms
+from echo_helpers import ScriptedCollector, scripted_collector
 
-from echo.retryinfo import RETRY_INFO_KEY, STATUS_DETAILS_KEY, retry_delay_from, retry_trailers
 from echo.stress.planting import StressPlan
-from echo.stress.retry import RetryPolicy, retry_delay
 from echo.stress.runner import StressConfig, run
 from echo.stress.senders import Target
-from shared import contract
+from shared.retry import RetryPolicy, retry_delay
+from shared.retryinfo import RETRY_INFO_KEY, STATUS_DETAILS_KEY, retry_delay_from, retry_trailers
 
 
 def test_non_retryable_codes_give_up_at_once() -> None:
@@ -62,53 +57,10 @@ def test_retry_info_is_read_from_either_trailer() -> None:
     assert retry_delay_from(None) is None
 
 
-class ScriptedCollector:
-    """Answers Export calls from ``script`` (a status per call, then OK) and records the event ids it
-    accepted, so a test can see exactly what was resent."""
-
-    def __init__(self, script: list[grpc.StatusCode], retry_after_s: float = 0.05) -> None:
-        self.script = list(script)
-        self.retry_after_s = retry_after_s
-        self.accepted: list[str] = []
-        self.calls = 0
-        self.lock = threading.Lock()
-        self.auth: list[str] = []
-
-    def export(self, request: bytes, context: grpc.ServicerContext) -> bytes:
-        with self.lock:
-            self.calls += 1
-            self.auth.append(dict(context.invocation_metadata()).get("authorization", ""))
-            code = self.script.pop(0) if self.script else grpc.StatusCode.OK
-        if code is not grpc.StatusCode.OK:
-            delay = Duration(seconds=0, nanos=int(self.retry_after_s * 1e9))
-            context.set_trailing_metadata(
-                ((RETRY_INFO_KEY, RetryInfo(retry_delay=delay).SerializeToString()),)
-            )
-            context.abort(code, f"scripted {code.name}")
-        req = ms.ExportMetricsServiceRequest.FromString(request)
-        with self.lock:
-            for rm in req.resource_metrics:
-                for sm in rm.scope_metrics:
-                    for m in sm.metrics:
-                        for dp in m.gauge.data_points:
-                            attrs = {kv.key: kv.value.string_value for kv in dp.attributes}
-                            self.accepted.append(attrs[contract.EVENT_ID])
-        return ms.ExportMetricsServiceResponse().SerializeToString()
-
-
 @pytest.fixture
 def collector(request: pytest.FixtureRequest) -> Iterator[tuple[ScriptedCollector, str]]:
-    script: list[grpc.StatusCode] = getattr(request, "param", [])
-    c = ScriptedCollector(script)
-    handler = grpc.method_handlers_generic_handler(
-        "opentelemetry.proto.collector.metrics.v1.MetricsService",
-        {"Export": grpc.unary_unary_rpc_method_handler(c.export)},
-    )
-    server = grpc.server(futures.ThreadPoolExecutor(4), handlers=[handler])
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield c, f"127.0.0.1:{port}"
-    server.stop(0)
+    with scripted_collector(getattr(request, "param", [])) as served:
+        yield served
 
 
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -7,12 +7,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from echo_helpers import TEST_TOKEN as TOKEN
 from echo_helpers import self_signed
 
-from echo.stress.harness import StressProcess
-from echo.stress.server import EchoProcess
-
-TOKEN = "tls-test-token"
+from bench.launch.echo import EchoProcess
+from bench.launch.stress import StressProcess
 
 
 @pytest.mark.parametrize("client", ["raw", "sdk"])

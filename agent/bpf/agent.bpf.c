@@ -197,35 +197,9 @@ static __always_inline int end_init(struct pt_regs *ctx)
     int enter_##name(struct pt_regs *ctx) { return begin_init(ctx, FN, A0, A1, A2, A3); } \
     int return_##name(struct pt_regs *ctx) { return end_init(ctx); }
 
-/* Collectives: a0 = comm, a1 = stream, a2 = element count, a3 = PACK(datatype, op, root/peer). */
-CALL(ncclAllReduce, FN_ALL_REDUCE, ARG6, STACK(1), ARG3, PACK(ARG4, ARG5, 0))
-CALL(ncclAllGather, FN_ALL_GATHER, ARG5, ARG6, ARG3, PACK(ARG4, 0, 0))
-CALL(ncclReduceScatter, FN_REDUCE_SCATTER, ARG6, STACK(1), ARG3, PACK(ARG4, ARG5, 0))
-CALL(ncclBroadcast, FN_BROADCAST, ARG6, STACK(1), ARG3, PACK(ARG4, 0, ARG5))
-CALL(ncclBcast, FN_BCAST, ARG5, ARG6, ARG2, PACK(ARG3, 0, ARG4))
-CALL(ncclReduce, FN_REDUCE, STACK(1), STACK(2), ARG3, PACK(ARG4, ARG5, ARG6))
-CALL(ncclSend, FN_SEND, ARG5, ARG6, ARG2, PACK(ARG3, 0, ARG4))
-CALL(ncclRecv, FN_RECV, ARG5, ARG6, ARG2, PACK(ARG3, 0, ARG4))
-CALL(ncclGroupStart, FN_GROUP_START, 0, 0, 0, 0)
-CALL(ncclGroupEnd, FN_GROUP_END, 0, 0, 0, 0)
-CALL(ncclCommDestroy, FN_COMM_DESTROY, ARG1, 0, 0, 0)
-CALL(ncclCommAbort, FN_COMM_ABORT, ARG1, 0, 0, 0)
-
-/* Communicator creation: a0 = comm out-pointer (or parent comm), a1 = nranks / ndev / color,
- * a2 = rank / key, a3 = out-pointer, replaced by the new handle at return. */
-INIT(ncclCommInitRank, FN_COMM_INIT_RANK, ARG1, I32(ARG2), I32(ARG3), ARG1)
-INIT(ncclCommInitRankConfig, FN_COMM_INIT_RANK_CONFIG, ARG1, I32(ARG2), I32(ARG3), ARG1)
-INIT(ncclCommInitAll, FN_COMM_INIT_ALL, ARG1, I32(ARG2), 0, 0)
-INIT(ncclCommSplit, FN_COMM_SPLIT, ARG1, I32(ARG2), I32(ARG3), ARG4)
-
-/* CUDA runtime: a1 = stream, a2 = bytes, a3 = memcpy kind. */
-CALL(cudaStreamSynchronize, FN_STREAM_SYNC, 0, ARG1, 0, 0)
-CALL(cudaDeviceSynchronize, FN_DEVICE_SYNC, 0, 0, 0, 0)
-CALL(cudaEventSynchronize, FN_EVENT_SYNC, ARG1, 0, 0, 0)
-CALL(cudaMalloc, FN_MALLOC, 0, 0, ARG2, 0)
-CALL(cudaFree, FN_FREE, ARG1, 0, 0, 0)
-CALL(cudaMemcpy, FN_MEMCPY, 0, 0, ARG3, ARG4)
-CALL(cudaMemcpyAsync, FN_MEMCPY_ASYNC, 0, ARG5, ARG3, ARG4)
+/* One CALL() or INIT() line per traced function, generated from the table in agent/traced.py (which
+ * also says what each argument slot holds); hand-written handlers ("count") follow. */
+/* @TRACED_PROBES@ */
 
 /* Kernel launches are far too frequent for one record each: count them per thread here and let
  * user space read the cumulative counts once per window. */

@@ -1,5 +1,6 @@
 /* Layouts shared by the BPF program and agent/events.py: change both together
- * (tests/test_agent_events.py checks that the ids and sizes agree). */
+ * (tests/test_agent_discovery.py checks that the ids and sizes agree). Inlined into the program by
+ * agent/probes.py, which also fills in the generated parts (@...@ markers). */
 #ifndef RANKECHO_AGENT_H
 #define RANKECHO_AGENT_H
 
@@ -11,34 +12,8 @@ enum rk_kind {
     KIND_EXIT = 4,      /* the last thread of a target process exited */
 };
 
-/* Traced functions (the `fn` field). */
-enum rk_fn {
-    FN_NONE = 0,
-    FN_COMM_INIT_RANK = 1,
-    FN_COMM_INIT_RANK_CONFIG = 2,
-    FN_COMM_INIT_ALL = 3,
-    FN_COMM_SPLIT = 4,
-    FN_COMM_DESTROY = 5,
-    FN_COMM_ABORT = 6,
-    FN_ALL_REDUCE = 10,
-    FN_ALL_GATHER = 11,
-    FN_REDUCE_SCATTER = 12,
-    FN_BROADCAST = 13,
-    FN_BCAST = 14,
-    FN_REDUCE = 15,
-    FN_SEND = 16,
-    FN_RECV = 17,
-    FN_GROUP_START = 18,
-    FN_GROUP_END = 19,
-    FN_STREAM_SYNC = 30,
-    FN_DEVICE_SYNC = 31,
-    FN_EVENT_SYNC = 32,
-    FN_MALLOC = 33,
-    FN_FREE = 34,
-    FN_MEMCPY = 35,
-    FN_MEMCPY_ASYNC = 36,
-    FN_LAUNCH_KERNEL = 37,
-};
+/* Traced functions (the `fn` field): enum rk_fn, generated from agent/traced.py. */
+/* @TRACED_ENUM@ */
 
 /* 72 bytes. KIND_CALL: ts = enter, ts2 = return, a0..a3 per function (see agent/events.py),
  * launches = the calling thread's cumulative cudaLaunchKernel count at entry.

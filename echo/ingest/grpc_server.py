@@ -2,7 +2,7 @@
 
 Requests arrive as raw bytes (no gRPC-side deserializer), so malformed protobuf is answered with
 INVALID_ARGUMENT and a reason instead of an opaque INTERNAL. "Queue full" is RESOURCE_EXHAUSTED with Echo's
-delay as a ``google.rpc.RetryInfo`` in both trailers clients read (see :mod:`echo.retryinfo`); without
+delay as a ``google.rpc.RetryInfo`` in both trailers clients read (see :mod:`shared.retryinfo`); without
 the ``google.rpc.retryinfo-bin`` one the OpenTelemetry exporter would back off 1, 2, 4... s instead.
 """
 
@@ -16,8 +16,8 @@ import grpc
 
 from echo.ingest.auth import UNAUTHENTICATED_MESSAGE, TokenCheck
 from echo.ingest.service import BUSY, INVALID, SIGNALS, TOO_LARGE, UNAVAILABLE, Ingest, IngestError, Signal
-from echo.retryinfo import retry_trailers
 from echo.settings import HostPort
+from shared.retryinfo import retry_trailers
 
 log = logging.getLogger(__name__)
 

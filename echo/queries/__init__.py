@@ -1,14 +1,16 @@
 """Named SQL (aiosql-style ``-- name: x`` blocks in ``*.sql`` files), the one loader for all of it.
 
 The comment lines right under a name are that statement's docstring. Tools call queries by name and bind
-``$name`` parameters; none of them builds SQL text. Three folders, three roles:
+``$name`` parameters; none of them builds SQL text. Four folders, four roles:
 
 - ``echo/queries/*.sql`` (:data:`QUERIES`): read queries the tools, the CLI and the tests run;
 - ``echo/queries/layers/*.sql`` (:data:`LAYERS`): the straggler analysis as layered DuckDB table macros
   (``CREATE OR REPLACE TEMP MACRO rk_...``), defined on every read connection (see
   :class:`echo.store.reader.Reader`) and called by the read queries, or by an analyst, like tables;
 - ``echo/queries/staging/*.sql`` (:data:`STAGING`): the writer's copies of agent events into the typed
-  analysis tables.
+  analysis tables;
+- ``echo/queries/fanin/*.sql`` (:data:`FANIN`): the fan-in proof's queries (``rankecho stress``, tests,
+  demo), four of which agents get as examples.
 
 Usage::
 
@@ -77,12 +79,12 @@ QUERIES: Mapping[str, NamedQuery] = load_dir(HERE)
 LAYERS: Mapping[str, NamedQuery] = load_dir(HERE / "layers")
 """Analysis macros in definition order (by file, then in the file): later layers call earlier ones."""
 STAGING: Mapping[str, NamedQuery] = load_dir(HERE / "staging")
-FANIN_FILE = Path(__file__).resolve().parent.parent / "stress" / "fanin.sql"
-"""The fan-in proof's four queries (plus checks) live with the stress tool; agents get them as examples."""
+FANIN: Mapping[str, NamedQuery] = load_dir(HERE / "fanin")
+"""The fan-in proof's four queries plus its checks: the tests and the demo run them, agents get the four
+as examples."""
 SEED_EXAMPLES = ("per_node_events", "chains", "stragglers", "health_quantiles")
 
 
 def seed_examples() -> list[NamedQuery]:
     """The fan-in proof's four queries, verbatim, with their docstrings."""
-    named = parse_named(FANIN_FILE.read_text(encoding="utf-8"))
-    return [named[name] for name in SEED_EXAMPLES]
+    return [FANIN[name] for name in SEED_EXAMPLES]

@@ -1,5 +1,5 @@
 -- Example investigation queries, served to agents in the schema resource (rankecho://schema) so they
--- write correct SQL on the first try, after the fan-in proof's four queries (echo/stress/fanin.sql).
+-- write correct SQL on the first try, after the fan-in proof's four queries (echo/queries/fanin/fanin.sql).
 
 -- name: example_slowest_rank_per_collective
 -- Per collective instance (causal_chain_id), the rank that entered last and how far behind the first.

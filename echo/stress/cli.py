@@ -67,9 +67,9 @@ def _handle(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from echo.stress.planting import StressPlan
-    from echo.stress.retry import RetryPolicy
     from echo.stress.runner import StressConfig, run
     from echo.stress.senders import Target
+    from shared.retry import RetryPolicy
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
     step_ns = int(1e9 * args.producers / args.rate) if args.rate else 1_000_000

@@ -24,8 +24,8 @@ from typing import IO
 
 from echo.stress import encode
 from echo.stress.planting import StressEvent, StressPlan
-from echo.stress.retry import RetryPolicy, retry_delay
 from echo.stress.senders import Outcome, Sender, Target, make_sender
+from shared.retry import RetryPolicy, retry_delay
 
 SEND_TIMEOUT_S = 10.0
 PREBUILD_LIMIT = 2_000_000

@@ -1,6 +1,7 @@
-"""Transports for the stress producers: ``raw`` (prebuilt bytes on a grpc channel) and ``sdk``
-(OpenTelemetry's ``OTLPMetricExporter``). Each ``send`` makes one attempt and reports the outcome;
-the retry loop lives in :mod:`echo.stress.runner`, the retry decision in :mod:`echo.stress.retry`.
+"""Transports for the stress producers: ``raw`` (prebuilt bytes through :mod:`shared.transport`, the
+client the agent uses too) and ``sdk`` (OpenTelemetry's ``OTLPMetricExporter``). Each ``send`` makes one
+attempt and reports the outcome; the retry loop lives in :mod:`echo.stress.runner`, the retry decision
+in :mod:`shared.retry`.
 """
 
 from __future__ import annotations
@@ -8,51 +9,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import grpc
 
-from echo.retryinfo import retry_delay_from
 from echo.stress import encode
 from echo.stress.planting import StressEvent, StressPlan
-from echo.stress.retry import RETRYABLE
+from shared.retry import RETRYABLE
+from shared.transport import CHANNEL_OPTIONS, MetricsClient, Outcome, Target
 
-EXPORT_METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where and how to connect: ``host:port``, bearer token (None: send none), plaintext or TLS."""
-
-    endpoint: str
-    token: str | None = None
-    insecure: bool = True
-    ca_file: str | None = None
-
-    def credentials(self) -> grpc.ChannelCredentials | None:
-        """TLS credentials (system roots, or ``ca_file``); None for plaintext."""
-        if self.insecure:
-            return None
-        root = Path(self.ca_file).read_bytes() if self.ca_file else None
-        return grpc.ssl_channel_credentials(root)
-
-    def metadata(self) -> tuple[tuple[str, str], ...]:
-        # gRPC metadata keys must be lower case: "Authorization" breaks the call.
-        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One attempt's result. ``rejected`` counts points Echo refused for good (partial success)."""
-
-    ok: bool
-    rejected: int = 0
-    code: grpc.StatusCode | None = None
-    server_delay_s: float | None = None
-    message: str = ""
+__all__ = ["Outcome", "RawSender", "SdkSender", "Sender", "Target", "make_sender"]
 
 
 class Sender(Protocol):
@@ -63,54 +29,21 @@ class Sender(Protocol):
     def close(self) -> None: ...
 
 
-CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    # Reconnect within ~1 s of Echo coming back (gRPC's default backoff grows to minutes).
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-)
-
-
-def _channel(target: Target) -> grpc.Channel:
-    options = list(CHANNEL_OPTIONS)
-    credentials = target.credentials()
-    if credentials is None:
-        return grpc.insecure_channel(target.endpoint, options=options)
-    return grpc.secure_channel(target.endpoint, credentials, options=options)
-
-
 class RawSender:
-    """Sends already-serialized ``ExportMetricsServiceRequest`` bytes: no per-send encoding cost."""
+    """Sends already-serialized ``ExportMetricsServiceRequest`` bytes through rankecho's one OTLP client
+    (:class:`shared.transport.MetricsClient`): no per-send encoding cost."""
 
     def __init__(self, target: Target) -> None:
-        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
-
-        self._target = target
-        self._channel = _channel(target)
-        self._export = self._channel.unary_unary(
-            EXPORT_METHOD,
-            request_serializer=None,
-            response_deserializer=ExportMetricsServiceResponse.FromString,
-        )
+        self._client = MetricsClient(target)
 
     def encode(self, plan: StressPlan, producer: int, events: Sequence[StressEvent]) -> object:
         return encode.raw_request(plan, producer, events)
 
     def send(self, payload: object, timeout_s: float) -> Outcome:
-        try:
-            response = self._export(payload, timeout=timeout_s, metadata=self._target.metadata())
-        except grpc.RpcError as err:
-            code = err.code() if isinstance(err, grpc.Call) else None
-            trailing = err.trailing_metadata() if isinstance(err, grpc.Call) else None
-            details = err.details() if isinstance(err, grpc.Call) else str(err)
-            return Outcome(False, code=code, server_delay_s=retry_delay_from(trailing), message=details or "")
-        rejected = int(response.partial_success.rejected_data_points)
-        return Outcome(True, rejected=rejected, message=response.partial_success.error_message)
+        return self._client.export(cast(bytes, payload), timeout_s)
 
     def close(self) -> None:
-        self._channel.close()
+        self._client.close()
 
 
 class _LastCode(logging.Filter):
