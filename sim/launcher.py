@@ -177,7 +177,10 @@ def torch_env(
 
 
 @contextmanager
-def _sigterm_raises() -> Iterator[None]:
+def _stop_signals_raise() -> Iterator[None]:
+    """SIGTERM raises Stopped and SIGINT KeyboardInterrupt for the run, so either stops every process.
+    SIGINT is set explicitly: a process started in the background by a non-interactive shell (a CI
+    runner, ``cmd &``) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -185,11 +188,13 @@ def _sigterm_raises() -> Iterator[None]:
     def handler(signum: int, frame: object) -> None:
         raise Stopped
 
-    old = signal.signal(signal.SIGTERM, handler)
+    old_term = signal.signal(signal.SIGTERM, handler)
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGTERM, old_term)
+        signal.signal(signal.SIGINT, old_int)
 
 
 class Cluster:
@@ -361,7 +366,7 @@ def run_scenario(scenario: Scenario, opts: LaunchOptions) -> RunResult:
     cluster = Cluster(scenario, opts, run_dir, lib_dirs)
     started = time.monotonic()
     rc = 0
-    with _sigterm_raises():
+    with _stop_signals_raise():
         try:
             if opts.agent_endpoint:
                 cluster.start_agents([n for n in scenario.nodes if scenario.agent_start_step(n) == 0])

@@ -162,11 +162,18 @@ def test_an_agent_crashing_mid_run_is_reported_but_the_job_finishes(
     assert "warning: the agent for n0 exited with code 5 during the run" in out.getvalue()
 
 
-def launch_cli(tmp_path: Path, steps: int = 3000) -> subprocess.Popen[str]:
+def launch_cli(tmp_path: Path, steps: int = 3000, sigint_ignored: bool = False) -> subprocess.Popen[str]:
+    """``rankecho sim`` on a long scenario; ``sigint_ignored``: started as a non-interactive shell starts a
+    background job (SIGINT ignored), as a CI runner may start the whole suite."""
     scenario = tmp_path / "long.yaml"
     scenario.write_text(json.dumps(small(steps=steps)))  # JSON is YAML
     argv = [sys.executable, "-m", "rankecho", "sim", str(scenario), "--run-dir", str(tmp_path / "run")]
-    return subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True)
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    return subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ignore_sigint if sigint_ignored else None)  # fmt: skip
 
 
 def wait_for_steps(tmp_path: Path, n: int) -> dict[int, int]:
@@ -199,9 +206,12 @@ def test_a_failing_rank_stops_the_run_with_its_stderr(tmp_path: Path) -> None:
     assert all(gone(pid) for pid in pids.values())
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_signals_stop_every_process(tmp_path: Path, sig: int, code: int) -> None:
-    proc = launch_cli(tmp_path)
+@pytest.mark.parametrize(
+    ("sig", "code", "sigint_ignored"),
+    [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, False), (signal.SIGINT, 130, True)],
+)
+def test_signals_stop_every_process(tmp_path: Path, sig: int, code: int, sigint_ignored: bool) -> None:
+    proc = launch_cli(tmp_path, sigint_ignored=sigint_ignored)
     pids = wait_for_steps(tmp_path, 2)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
