@@ -31,32 +31,28 @@ def verdict(con: duckdb.DuckDBPyConnection, mine: dict[str, float], peers: dict[
     ).fetchall()[0]
 
 
-def test_a_rank_that_computed_longer_on_a_busy_machine_is_host_compute_not_contention(con: Any) -> None:
-    # the machine preempts every rank a fifth of its runnable time; this one computed 80 ms more
-    peers = window(cpu_contention=10, host_compute=40)
-    mine = window(cpu_contention=30, host_compute=120)
-    excess, top = verdict(con, mine, peers)
-    assert top == "host_compute"
-    assert excess["cpu_contention"] == pytest.approx(0.0)
-    assert excess["host_compute"] == pytest.approx(100.0)
-
-
-def test_a_noisy_neighbour_on_the_ranks_own_core_is_contention(con: Any) -> None:
-    peers = window(cpu_contention=2, host_compute=40)
-    mine = window(cpu_contention=150, host_compute=40)
-    excess, top = verdict(con, mine, peers)
-    assert top == "cpu_contention"
-    assert excess["cpu_contention"] == pytest.approx(148.0)
-    assert excess["host_compute"] == pytest.approx(0.0)
-
-
-def test_contention_is_still_seen_when_the_peers_barely_ran_on_the_cpu(con: Any) -> None:
-    # peers on the CPU for under a millisecond, preempted about as long: a shaky ratio, yet the rank
-    # computed no longer than they did and was kept off its core for 95 ms
-    excess, top = verdict(con, window(cpu_contention=94.7, host_compute=0.9, slow_gpu=15.7),
-                          window(cpu_contention=0.9, host_compute=0.8, slow_gpu=16.0))  # fmt: skip
-    assert top == "cpu_contention"
-    assert excess["cpu_contention"] > 90 and excess["host_compute"] < 2
+@pytest.mark.parametrize(
+    ("mine", "peers", "top", "expected"),
+    [
+        # the machine preempts every rank a fifth of its runnable time; this one computed 80 ms more
+        (window(cpu_contention=30, host_compute=120), window(cpu_contention=10, host_compute=40),
+         "host_compute", {"cpu_contention": 0.0, "host_compute": 100.0}),
+        # a noisy neighbour on the rank's own core: no longer on the CPU than its peers, 148 ms more off it
+        (window(cpu_contention=150, host_compute=40), window(cpu_contention=2, host_compute=40),
+         "cpu_contention", {"cpu_contention": 148.0, "host_compute": 0.0}),
+        # peers on the CPU under a millisecond and preempted about as long (a shaky ratio), yet the rank
+        # computed no longer than they did and was kept off its core for 95 ms
+        (window(cpu_contention=94.7, host_compute=0.9, slow_gpu=15.7),
+         window(cpu_contention=0.9, host_compute=0.8, slow_gpu=16.0),
+         "cpu_contention", {"cpu_contention": 93.6875, "host_compute": 0.2125}),
+    ],
+)  # fmt: skip
+def test_contention_counts_only_beyond_what_the_peers_preemption_predicts(
+    con: Any, mine: dict[str, float], peers: dict[str, float], top: str, expected: dict[str, float]
+) -> None:
+    excess, got = verdict(con, mine, peers)
+    assert got == top
+    assert {k: excess[k] for k in expected} == pytest.approx(expected, abs=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -78,15 +78,12 @@ suspects AS MATERIALIZED (  -- pos-0 rows of instances with a delay their host l
       ON b.stream = s.stream AND b.seq = s.seq - 1
     WHERE b.complete_c IS NOT NULL
 ),
-reach AS (  -- how many 1 s buckets back an interval may start and still be seen overlapping a window:
-    -- one (an interval that began over 1-2 s before a window is not looked for: the bound keeps the
-    -- bucket join small, whatever the longest interval in the store)
-    SELECT 1 AS buckets
-),
-suspect_buckets AS MATERIALIZED (  -- each window once per 1 s bucket an overlapping interval can start in (raw clock)
-    SELECT s.*, unnest(range((s.prev_c + s.clock_offset_ns) // 1000000000 - r.buckets,
+suspect_buckets AS MATERIALIZED (  -- each window once per 1 s bucket an overlapping interval can start in
+    -- (raw clock): its own and the one before (an interval that began earlier is not looked for: the
+    -- bound keeps the bucket join small, whatever the longest interval in the store)
+    SELECT s.*, unnest(range((s.prev_c + s.clock_offset_ns) // 1000000000 - 1,
                              (s.enter_c + s.clock_offset_ns) // 1000000000 + 1)) AS bucket
-    FROM suspects s CROSS JOIN reach r
+    FROM suspects s
 ),
 presync AS (  -- time blocked in syncs, less the run-queue waits (behind another workload) that ended them
     SELECT s.inst_key, s.rank,

@@ -103,15 +103,12 @@ windows AS MATERIALIZED (  -- from the end of each member's previous step (its s
            m.enter_c AS w_end, m.clock_offset_ns
     FROM l p RIGHT JOIN members m ON p.stream = m.stream AND p.seq = m.seq - 1
 ),
-reach AS (  -- how many 1 s buckets back an interval may start and still be seen overlapping a window:
-    -- one (an interval that began over 1-2 s before a window is not looked for: the bound keeps the
-    -- bucket join small, whatever the longest interval in the store)
-    SELECT 1 AS buckets
-),
-window_buckets AS MATERIALIZED (  -- each window once per 1 s bucket an overlapping interval can start in (raw clock)
-    SELECT w.*, unnest(range((w.w_start + w.clock_offset_ns) // 1000000000 - r.buckets,
+window_buckets AS MATERIALIZED (  -- each window once per 1 s bucket an overlapping interval can start in
+    -- (raw clock): its own and the one before (an interval that began earlier is not looked for: the
+    -- bound keeps the bucket join small, whatever the longest interval in the store)
+    SELECT w.*, unnest(range((w.w_start + w.clock_offset_ns) // 1000000000 - 1,
                              (w.w_end + w.clock_offset_ns) // 1000000000 + 1)) AS bucket
-    FROM windows w CROSS JOIN reach r
+    FROM windows w
 ),
 spent AS (
     SELECT w.cluster_id, w.late_node, w.late_rank, w.step, w.node_id, w.rank, w.is_late, h.category,
