@@ -11,7 +11,6 @@ from typing import Any
 
 from echo.mcp import cli as mcp_cli
 from echo.settings import ANALYSIS_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT, QUERY_MEMORY_LIMIT
-from echo.stress import cli as stress_cli
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -177,5 +176,4 @@ def register(subparsers: Any) -> None:
     add_serve(subparsers)
     add_query(subparsers)
     add_diagnose(subparsers)
-    stress_cli.register(subparsers)
     mcp_cli.register(subparsers)

@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-SUBCOMMAND_MODULES = ("echo.cli", "agent.cli", "sim.cli")
+SUBCOMMAND_MODULES = ("echo.cli", "stress.cli", "agent.cli", "sim.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

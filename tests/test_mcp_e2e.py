@@ -29,7 +29,7 @@ from test_mcp_tools import TOOLS
 from bench.launch.echo import EchoProcess
 from bench.launch.stress import StressProcess
 from echo.queries import seed_examples
-from echo.stress.planting import StressPlan
+from stress.planting import StressPlan
 
 START_NS = 1_796_221_800_000_000_000  # 2026-12-02T14:30:00Z
 STEP_NS = 1_000_000  # the stress tool's default spacing: 1 ms

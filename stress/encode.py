@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from echo.stress.planting import StressEvent, StressPlan
 from shared import contract
 from shared.otlp import AttrValue, Point, metrics_request
 from shared.wire import encode_request
+from stress.planting import StressEvent, StressPlan
 
 SERVICE = "rankecho-stress"
 

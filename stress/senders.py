@@ -1,6 +1,6 @@
 """Transports for the stress producers: ``raw`` (prebuilt bytes through :mod:`shared.transport`, the
 client the agent uses too) and ``sdk`` (OpenTelemetry's ``OTLPMetricExporter``). Each ``send`` makes one
-attempt and reports the outcome; the retry loop lives in :mod:`echo.stress.runner`, the retry decision
+attempt and reports the outcome; the retry loop lives in :mod:`stress.runner`, the retry decision
 in :mod:`shared.retry`.
 """
 
@@ -13,10 +13,10 @@ from typing import Protocol, cast
 
 import grpc
 
-from echo.stress import encode
-from echo.stress.planting import StressEvent, StressPlan
 from shared.retry import RETRYABLE
 from shared.transport import CHANNEL_OPTIONS, MetricsClient, Outcome, Target
+from stress import encode
+from stress.planting import StressEvent, StressPlan
 
 __all__ = ["Outcome", "RawSender", "SdkSender", "Sender", "Target", "make_sender"]
 
