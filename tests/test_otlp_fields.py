@@ -139,16 +139,9 @@ def test_metric_fields_are_stored(echo_inproc: Echo) -> None:
     expo = Metric(name="latency", unit="ms")
     expo.exponential_histogram.aggregation_temporality = 1
     xp = expo.exponential_histogram.data_points.add(
-        time_unix_nano=t + 2,
-        start_time_unix_nano=t - 1,
-        count=6,
-        sum=12.5,
-        scale=2,
-        zero_count=1,
-        zero_threshold=0.001,
-        min=0.0,
-        max=5.0,
-    )
+        time_unix_nano=t + 2, start_time_unix_nano=t - 1, count=6, sum=12.5, scale=2, zero_count=1,
+        zero_threshold=0.001, min=0.0, max=5.0,
+    )  # fmt: skip
     xp.positive.offset, xp.negative.offset = 3, -1
     xp.positive.bucket_counts.extend([1, 2, 1])
     xp.negative.bucket_counts.extend([1])

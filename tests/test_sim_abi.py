@@ -69,25 +69,12 @@ def libs() -> tuple[ctypes.CDLL, ctypes.CDLL]:
         ctypes.c_void_p,
     ]
     nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, UniqueId, ctypes.c_int]
-    for name in ("ncclAllReduce",):
-        getattr(nccl, name).argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-            ctypes.c_size_t,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-        ]
-    nccl.ncclSend.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-    ]
+    # ncclSend(buff, count, datatype, peer, comm, stream); ncclAllReduce has a receive buffer first
+    # and the reduction op where ncclSend has the peer
+    nccl.ncclSend.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                              ctypes.c_void_p]  # fmt: skip
     nccl.ncclRecv.argtypes = nccl.ncclSend.argtypes
+    nccl.ncclAllReduce.argtypes = [ctypes.c_void_p, *nccl.ncclSend.argtypes]
     return cudart, nccl
 
 
