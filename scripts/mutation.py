@@ -66,8 +66,8 @@ TARGETS: dict[str, Target] = {
     "guard": Target(("echo/guard/*.py",), ("tests/test_guard_layers.py", "tests/test_guard_corpus.py",
                                            "tests/test_guard_parsed.py", "tests/test_guard_fuzz.py"),
                     "the SQL guard's lexical and parser layers and the sealed instance"),
-    "writer": Target(("echo/store/writer.py",), ("tests/test_echo_writer.py", "tests/test_durability.py",
-                                                 "tests/test_echo_serve.py"),
+    "writer": Target(("echo/store/writer.py",), ("tests/test_echo_writer.py", "tests/test_store_faults.py",
+                                                 "tests/test_durability.py", "tests/test_echo_serve.py"),
                      "the single writer: commit before acknowledge, duplicates, isolation of bad requests"),
 }
 
