@@ -76,7 +76,7 @@ def render_stragglers(result: dict[str, Any]) -> str:
         isolated = [x for x in result["isolated_late_episodes"] if x["cluster_id"] == cluster["cluster_id"]]
         if isolated:
             listed = ", ".join(
-                f"rank {x['rank']} ({x['episodes_total']}, max {x['late_ms']['max']:.0f} ms)"
+                f"{_who(x)} ({x['episodes_total']}, max {x['late_ms']['max']:.0f} ms)"
                 for x in isolated
             )
             out.append(f"\n  isolated late episodes, too few or small to tell from noise: {listed}")

@@ -54,6 +54,9 @@ class SynFault:
     ms: float
     every: int = 1
     start_step: int = 0
+    kind: str = "host"
+    """'host': the rank calls ``ms`` late (in cudaMalloc); 'gpu': its GPU runs ``ms`` long, its host on time
+    but for the longer sync before the call (a third of ``ms``)."""
 
     def fires_at(self, step: int) -> bool:
         return step >= self.start_step and (step - self.start_step) % self.every == 0
@@ -93,6 +96,8 @@ class SyntheticJob:
 def write_job(con: duckdb.DuckDBPyConnection, job: SyntheticJob) -> int:
     """Insert the job's events into ``events`` and stage them into the analysis tables; returns the
     number of events written. ``con`` must be a writable, migrated store."""
+    if bad := [f.kind for f in job.faults if f.kind not in ("host", "gpu")]:
+        raise ValueError(f"fault kind {bad[0]!r}: use 'host' or 'gpu'")
     if job.world % job.tp_size:
         raise ValueError(f"tp_size {job.tp_size} does not divide the world size {job.world}")
     ranks = pa.table(
@@ -111,6 +116,7 @@ def write_job(con: duckdb.DuckDBPyConnection, job: SyntheticJob) -> int:
             "ms": pa.array([f.ms for f in job.faults], pa.float64()),
             "every": pa.array([f.every for f in job.faults], pa.int64()),
             "start_step": pa.array([f.start_step for f in job.faults], pa.int64()),
+            "kind": pa.array([f.kind for f in job.faults], pa.string()),
         }
     )
     generate = STATEMENTS["synthetic_events"]

@@ -3,25 +3,27 @@
 -- late ranks) is known exactly. Reads two tables the caller registers: syn_ranks (one row per rank:
 -- rank, node_id, offset_ns, pid, attach_step, unaligned_from: the step from which the node's agent
 -- numbers things its own way, as one that attached or restarted mid-run does, or NULL) and syn_faults
--- (rank, ms, every, start_step). Each step per rank: a loss sync, `buckets` all-reduces on the world
+-- (rank, ms, every, start_step, kind). Each step per rank: a loss sync, `buckets` all-reduces on the world
 -- communicator, one all-reduce on a tensor-parallel communicator of `tp_size` ranks, a final sync,
 -- a copy, off-CPU intervals, a launch count and a health score (16 events with buckets = 2).
--- A fault makes its rank enter the step's first all-reduce `ms` late (time spent in cudaMalloc);
--- every step of the job waits for its latest rank.
+-- A 'host' fault makes its rank enter the step's first all-reduce `ms` late (time spent in cudaMalloc);
+-- a 'gpu' fault makes its GPU `ms` slower over the step (its loss sync a third of that longer, its host
+-- calling that much later); every step of the job waits for its latest rank.
 
 -- name: synthetic_events
 -- The job's events, with the agent's attribute layout, as the temporary table syn_events.
 CREATE OR REPLACE TEMP TABLE syn_events AS
 WITH steps AS (SELECT range AS step FROM range($steps)),
-delay AS (  -- ms each rank stalls before the step's first all-reduce
-    SELECT s.step, r.rank, coalesce(max(f.ms), 0) AS ms
+delay AS (  -- ms each rank stalls before the step's first all-reduce (host), or its GPU runs long
+    SELECT s.step, r.rank, coalesce(max(f.ms) FILTER (WHERE f.kind = 'host'), 0) AS ms,
+           coalesce(max(f.ms) FILTER (WHERE f.kind = 'gpu'), 0) AS gpu_ms
     FROM steps s CROSS JOIN syn_ranks r
     LEFT JOIN syn_faults f
       ON f.rank = r.rank AND s.step >= f.start_step AND (s.step - f.start_step) % f.every = 0
     GROUP BY ALL
 ),
 step_delay AS (  -- a step lasts step_ns, plus its latest rank's stall, plus up to jitter_ns of jitter
-    SELECT step, max(ms) AS ms, (hash($seed, step, 'step') % $jitter_ns)::BIGINT AS jitter_ns
+    SELECT step, max(greatest(ms, gpu_ms)) AS ms, (hash($seed, step, 'step') % $jitter_ns)::BIGINT AS jitter_ns
     FROM delay GROUP BY step
 ),
 base AS (  -- true start of each step: every stall delays the rest of the job
@@ -35,7 +37,7 @@ base AS (  -- true start of each step: every stall delays the rest of the job
 sr AS (
     SELECT b.step, b.start_ns, b.worst_ms, r.*, d.ms AS late_ms,
            (hash($seed, b.step, r.rank) % 1000000)::BIGINT AS jitter_ns,
-           b.start_ns + CAST(0.3 * $step_ns AS BIGINT) AS fwd_done_ns,
+           b.start_ns + CAST(0.3 * $step_ns + d.gpu_ms * 1e6 / 3 AS BIGINT) AS fwd_done_ns,
            b.start_ns + CAST(0.95 * $step_ns + b.worst_ms * 1e6 AS BIGINT) + b.step_jitter_ns
              + (hash($seed, b.step, r.rank, 'done') % 1000000)::BIGINT AS done_ns
     FROM base b CROSS JOIN syn_ranks r JOIN delay d ON d.step = b.step AND d.rank = r.rank

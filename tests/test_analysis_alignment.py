@@ -1,5 +1,6 @@
-"""Clock calibration and sequence realignment (echo/queries/layers) on synthetic agent events whose truth
-is exact: node offsets, agents that attached or restarted mid-run, events lost, stored out of order."""
+"""Clock calibration, sequence realignment and the lateness threshold (echo/queries/layers) on synthetic
+agent events whose truth is exact: node offsets, agents that attached or restarted mid-run, events lost,
+stored out of order, half the job late at every step."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Any
 
 import duckdb
 import pytest
+from analysis_helpers import late_steps, query
 
 from echo.store.migrate import migrate
-from echo.store.reader import Reader
 from sim.synthetic import SynFault, SynNode, SyntheticJob, write_job
 
 STEP_MS = 45.0
@@ -23,11 +24,6 @@ def con() -> Iterator[duckdb.DuckDBPyConnection]:
         yield connection
 
 
-def query(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
-    result = Reader(con).query(sql, max_rows=100_000)
-    return [dict(zip(result.columns, row, strict=True)) for row in result.rows]
-
-
 def offsets_ms(con: duckdb.DuckDBPyConnection) -> dict[str, float]:
     rows = query(con, "SELECT node_id, offset_ns FROM rk_clock_offsets(NULL, NULL, NULL)")
     return {r["node_id"]: r["offset_ns"] / 1e6 for r in rows}
@@ -35,15 +31,6 @@ def offsets_ms(con: duckdb.DuckDBPyConnection) -> dict[str, float]:
 
 def instances(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     return query(con, "SELECT comm_key, seq_g, step, n, comm_size FROM rk_arrivals(NULL, NULL, NULL)")
-
-
-def late_steps(con: duckdb.DuckDBPyConnection, min_late_ms: float | None = None) -> dict[Any, list[int]]:
-    rows = query(
-        con,
-        f"SELECT kind, node_id, rank, episode_list FROM rk_stragglers(NULL, NULL, NULL, min_late_ms := "
-        f"{'NULL' if min_late_ms is None else min_late_ms}) WHERE significant",
-    )
-    return {(r["kind"], r["node_id"], r["rank"]): [e["step"] for e in r["episode_list"]] for r in rows}
 
 
 def test_node_offsets_are_recovered_within_a_millisecond(con: duckdb.DuckDBPyConnection) -> None:
@@ -79,6 +66,20 @@ def test_clock_offsets_of_50_ms_change_no_answer(
         con, "SELECT rank, round(median_late_ms) AS ms FROM rk_stragglers(NULL, NULL, NULL) WHERE significant"
     )
     assert {r["rank"]: r["ms"] for r in late} == {5: 30, 1: 15}
+
+
+def test_a_whole_node_late_at_every_step_stands_out_of_the_noise(con: duckdb.DuckDBPyConnection) -> None:
+    """Half the ranks 12 ms late at every step: measured across all arrivals, the gap between the nodes
+    would be the noise (a threshold of about 50 ms, nobody late); measured as each rank's own spread,
+    the node is late at every step."""
+    job = SyntheticJob(nodes=(SynNode("a", 4), SynNode("b", 4, -20.0)), steps=80,
+                       faults=tuple(SynFault(rank=r, ms=12) for r in range(4, 8)))  # fmt: skip
+    write_job(con, job)
+    assert late_steps(con) == {("node", "b", None): list(range(80))}
+    noise = query(con, "SELECT noise_median_ns, noise_sigma_ns, threshold_ns FROM rk_noise(NULL, NULL, NULL)")
+    assert len(noise) == 1
+    assert noise[0]["noise_median_ns"] < 1e6 and noise[0]["noise_sigma_ns"] < 1e6
+    assert noise[0]["threshold_ns"] == pytest.approx(0.1 * (STEP_MS + 12 + 1) * 1e6, rel=0.05)
 
 
 def test_an_agent_that_attached_mid_run_is_realigned_to_the_one_that_did_not(

@@ -22,6 +22,7 @@ from bench.launch.echo import EchoProcess
 from echo.mcp.rates import load_rates
 from echo.mcp.server import build_server
 from echo.mcp.tools import Investigation
+from echo.report import render_stragglers
 from echo.store.migrate import migrate
 from echo.store.reader import Reader
 from sim.synthetic import SynFault, SynNode, SyntheticJob, write_job
@@ -195,3 +196,22 @@ def test_diagnose_asks_a_running_echo_over_mcp(tmp_path: Path) -> None:
         assert [(s["node_id"], s["rank"]) for s in json.loads(live.stdout)["stragglers"]] == [("node-b", 5)]
         refused = diagnose("--endpoint", url, env={"PATH": "/usr/bin:/bin", "RANKECHO_TOKEN": "wrong"})
         assert refused.returncode == 1 and "token" in refused.stderr
+
+
+def test_isolated_episodes_name_a_node_as_the_node() -> None:
+    cluster = {"cluster_id": "c", "ranks": 8, "steps": 100, "step_ms": 50.0, "reference_node": "node-a",
+               "noise": {"threshold_ms": 12.0, "sigma_ms": 1.5}, "verdict": "no straggler"}  # fmt: skip
+    late = {"episodes_total": 1, "late_ms": {"max": 31.2}, "cluster_id": "c"}
+    result = {
+        "window": {"start": None, "end": None},
+        "clusters": [cluster],
+        "stragglers": [],
+        "isolated_late_episodes": [
+            {**late, "kind": "node", "node_id": "node-b", "rank": None, "ranks": [4, 5, 6, 7]},
+            {**late, "kind": "rank", "node_id": "node-a", "rank": 3, "ranks": [3]},
+        ],
+        "truncated": False,
+    }
+    text = render_stragglers(result)
+    listed = "node node-b (1, max 31 ms), rank 3 (node-a) (1, max 31 ms)"
+    assert f"too few or small to tell from noise: {listed}" in text

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 MAX_STRAGGLERS = 50
 """Stragglers returned per call (significant ones first); the rest are counted."""
+ISOLATED_FIELDS = ("cluster_id", "kind", "node_id", "rank", "ranks", "episodes_total", "late_ms")
+"""What find_stragglers lists of a rank or node whose late episodes are too few or small to name."""
 MAX_EPISODES = 100
 """Late episodes listed per straggler by default: its latest, oldest first; the total is always given."""
 EPISODES_LIMIT = MAX_ITEMS
@@ -102,8 +104,7 @@ class Diagnosis:
             "stragglers": stragglers[:MAX_STRAGGLERS],
             "stragglers_total": len(stragglers),
             "isolated_late_episodes": [
-                {k: s[k] for k in ("cluster_id", "node_id", "rank", "episodes_total", "late_ms")}
-                for s in noise
+                {k: s[k] for k in ISOLATED_FIELDS} for s in noise
             ][:MAX_STRAGGLERS],
             "truncated": cut or len(stragglers) > MAX_STRAGGLERS,
         }

@@ -1,8 +1,9 @@
 -- Layer 3: who was late, by how much, on which side, and what the instance's delay cost.
 -- Host side: a rank is late at an instance when it entered threshold_ns or more after the instance's
--- reference arrival. The threshold comes from the job's own noise: 6 robust standard deviations
--- above the median lateness of the primary communicator's arrivals, at least 10% of the median step
--- and 1 ms, and never below min_late_ms when the caller gives one.
+-- reference arrival. The threshold comes from the job's own noise: 6 robust standard deviations of
+-- how far a rank's arrivals stray from its own typical lateness, above the typical lateness of the
+-- on-time ranks (a rank or a whole node late at every step stands out instead of widening the noise),
+-- at least 10% of the median step and 1 ms, and never below min_late_ms when the caller gives one.
 -- GPU side: a collective call only enqueues work; the GPU reaches the collective later. An instance
 -- is delayed when it completed later after its on-time arrivals than the same slot (communicator,
 -- position in the step) does in instances where nobody was late; a delay that no host's lateness
@@ -12,6 +13,8 @@
 -- quartile of ranks did, by at least half the threshold and at least half the largest such excess (so
 -- a node whose GPUs are all slow has each of them named, and is then seen as a node). A run-queue
 -- wait behind another workload that ended a sync is the CPU's doing, not the GPU's: it is taken out.
+-- A GPU slow at every step leaves no healthy instance to measure a delay against: when a rank
+-- typically arrives behind the others, the lateness its sync excess implies (lasting) names it instead.
 -- Only a step's first collective on a communicator (pos 0) has such a sync window; the later ones
 -- inherit the step's verdict in rk_episodes.
 
@@ -20,16 +23,26 @@
 -- the arrival of rk_arrivals; the cluster's noise (noise_median_ns, noise_sigma_ns), median step
 -- (step_ns), steps seen and threshold_ns; host_late (host_late_ns >= threshold_ns); the instance's
 -- wait (done_c - ref_c), its slot's healthy wait and delay_ns (the difference: what the on-time ranks
--- waited beyond normal); the rank's own sync time before calling (presync_ns, delayed instances
--- only) and, when the GPU rule names the rank, gpu_late_ns (= the delay).
+-- waited beyond normal, or the lateness a lasting slow GPU implies); the rank's own sync time before
+-- calling (presync_ns: delayed instances, and every first call of the primary in a cluster with a rank
+-- behind) and, when a GPU rule names the rank, gpu_late_ns (the delay, or the implied lateness).
 CREATE OR REPLACE TEMP MACRO rk_lateness(start_ns, end_ns, cluster, min_late_ms := NULL) AS TABLE
 WITH a AS MATERIALIZED (
     SELECT * FROM rk_arrivals(start_ns, end_ns, cluster) WHERE n = comm_size AND n >= 2
 ),
-lateness AS (  -- the noise, from the primary communicator's arrivals (about 500,000 of them at most)
-    SELECT cluster_id, median(host_late_ns) AS noise_median_ns, 1.4826 * mad(host_late_ns) AS noise_sigma_ns
-    FROM a
+sampled AS MATERIALIZED (  -- the primary communicator's arrivals (about 500,000 of them at most)
+    SELECT cluster_id, rank, host_late_ns FROM a
     WHERE on_primary AND seq_g % greatest(1, (SELECT count(*) FROM a) // 500000) = 0
+),
+typical AS (SELECT cluster_id, rank, median(host_late_ns) AS typical_ns FROM sampled GROUP BY ALL),
+lateness AS (  -- the noise: how far a rank's arrivals stray from its own typical lateness (a rank, or a
+    -- whole node, late at every step is what is looked for, not noise), above the typical lateness of
+    -- the on-time ranks (the lower quartile of the ranks' typical lateness)
+    SELECT cluster_id, any_value(q.level_ns) AS noise_median_ns,
+           1.4826 * mad(s.host_late_ns - t.typical_ns) AS noise_sigma_ns
+    FROM sampled s
+    JOIN typical t USING (cluster_id, rank)
+    JOIN (SELECT cluster_id, quantile_cont(typical_ns, 0.25) AS level_ns FROM typical GROUP BY ALL) q USING (cluster_id)
     GROUP BY cluster_id
 ),
 inst AS MATERIALIZED (  -- one row per instance (its lowest rank's)
@@ -67,14 +80,25 @@ delayed AS MATERIALIZED (
     JOIN slot s ON s.cluster_id = i.cluster_id AND s.comm_key = i.comm_key AND s.pos IS NOT DISTINCT FROM i.pos
     LEFT JOIN step_late t ON t.cluster_id = i.cluster_id AND t.step IS NOT DISTINCT FROM i.step
 ),
-suspects AS MATERIALIZED (  -- pos-0 rows of instances with a delay their host lateness does not explain,
-    -- each with the end of its previous step (the completion of its stream's previous call; the few
-    -- suspects on the right, the side a hash join builds)
-    SELECT s.inst_key, s.rank, s.thread_key, b.complete_c AS prev_c, s.enter_c, s.clock_offset_ns
+behind AS (  -- clusters with a rank that typically arrives behind most others: its GPU may be slow at
+    -- every step (its sync before calling returns later), which leaves no healthy instance to measure a
+    -- delay against; only then is every first call's sync window looked into
+    SELECT cluster_id FROM typical JOIN noise z USING (cluster_id)
+    GROUP BY cluster_id
+    HAVING max(typical_ns) - quantile_cont(typical_ns, 0.25) >= greatest(1e6, any_value(z.threshold_ns) / 4)
+),
+suspects AS MATERIALIZED (  -- pos-0 rows of instances with a delay their host lateness does not explain
+    -- (suspect), and of the primary's first calls in a cluster with a rank behind; each with the end of
+    -- its previous step (the completion of its stream's previous call; the few rows on the right, the
+    -- side a hash join builds)
+    SELECT s.inst_key, s.rank, s.thread_key, b.complete_c AS prev_c, s.enter_c, s.clock_offset_ns, s.suspect
     FROM a b
-    JOIN (SELECT a.* FROM a JOIN (SELECT * FROM delayed WHERE pos = 0) d USING (inst_key)
-          WHERE d.delay_ns >= d.threshold_ns
-            AND d.delay_ns - greatest(d.last_late_ns, d.step_last_late_ns, 0) >= d.threshold_ns / 2) s
+    JOIN (SELECT * FROM (
+              SELECT a.*, d.delay_ns >= d.threshold_ns
+                          AND d.delay_ns - greatest(d.last_late_ns, d.step_last_late_ns, 0) >= d.threshold_ns / 2
+                          AS suspect
+              FROM a JOIN (SELECT * FROM delayed WHERE pos = 0) d USING (inst_key))
+          WHERE suspect OR (on_primary AND cluster_id IN (SELECT cluster_id FROM behind))) s
       ON b.stream = s.stream AND b.seq = s.seq - 1
     WHERE b.complete_c IS NOT NULL
 ),
@@ -86,7 +110,7 @@ suspect_buckets AS MATERIALIZED (  -- each window once per 1 s bucket an overlap
     FROM suspects s
 ),
 presync AS (  -- time blocked in syncs, less the run-queue waits (behind another workload) that ended them
-    SELECT s.inst_key, s.rank,
+    SELECT s.inst_key, s.rank, s.suspect,
            coalesce(sum((least(h.end_ns - s.clock_offset_ns, s.enter_c)
                          - greatest(h.start_ns - s.clock_offset_ns, s.prev_c))
                         * CASE WHEN h.kind = 'sync' THEN 1 ELSE -1 END) FILTER (WHERE h.kind IS NOT NULL), 0)
@@ -104,17 +128,47 @@ presync AS (  -- time blocked in syncs, less the run-queue waits (behind another
 ),
 excess AS (  -- against the lower quartile of the instance's ranks, so a whole node's slow GPUs stand out
     SELECT *, sync_excess_ns >= 0.5 * max(sync_excess_ns) OVER (PARTITION BY inst_key) AS most_sync
-    FROM (SELECT *, presync_ns - quantile_cont(presync_ns, 0.25) OVER (PARTITION BY inst_key) AS sync_excess_ns
+    FROM (SELECT *, quantile_cont(presync_ns, 0.25) OVER (PARTITION BY inst_key) AS quartile_sync_ns,
+                 presync_ns - quartile_sync_ns AS sync_excess_ns
           FROM presync)
-)
+),
+implied AS MATERIALIZED (  -- the primary's first calls of behind clusters: the lateness at the collective
+    -- that the rank's sync excess implies. A GPU f = presync / quartile times slower than its peers'
+    -- over the work the sync waited for is f times slower over the work queued after it too: of what
+    -- remained from its call to the completion, 1 - 1/f is its own extra time
+    SELECT e.inst_key, a.cluster_id, e.rank, e.sync_excess_ns,
+           CAST(e.sync_excess_ns + (1 - e.quartile_sync_ns / e.presync_ns) * (a.done_c - a.enter_c) AS BIGINT)
+               AS implied_late_ns
+    FROM excess e JOIN a USING (inst_key, rank)
+    WHERE NOT e.suspect AND a.on_primary AND e.quartile_sync_ns >= 1e6 AND e.sync_excess_ns > 0
+),
+lasting AS (  -- a GPU slow at most steps: the rank's median implied lateness reaches the threshold, and
+    -- its median sync excess is a visible part of it (1 ms, a quarter of the threshold); named at the
+    -- first calls where both hold
+    SELECT i.inst_key, i.rank, i.implied_late_ns
+    FROM implied i
+    JOIN (SELECT a.cluster_id, a.rank, median(coalesce(i.implied_late_ns, 0)) AS implied_ns,
+                 median(coalesce(i.sync_excess_ns, 0)) AS excess_ns
+          FROM a LEFT JOIN implied i USING (inst_key, rank)
+          WHERE a.on_primary AND a.pos = 0 AND a.cluster_id IN (SELECT cluster_id FROM behind)
+          GROUP BY ALL) r ON r.cluster_id = i.cluster_id AND r.rank = i.rank
+    JOIN noise z ON z.cluster_id = i.cluster_id
+    WHERE r.implied_ns >= z.threshold_ns AND r.excess_ns >= greatest(1e6, z.threshold_ns / 4)
+      AND i.implied_late_ns >= z.threshold_ns AND i.sync_excess_ns >= greatest(1e6, z.threshold_ns / 4)
+),
+lasting_delay AS (SELECT inst_key, max(implied_late_ns) AS implied_late_ns FROM lasting GROUP BY ALL)
 SELECT a.*, z.noise_median_ns, z.noise_sigma_ns, z.step_ns, z.steps, z.first_done_c, z.last_done_c,
        z.threshold_ns, a.host_late_ns >= z.threshold_ns AS host_late,
-       d.wait_ns, d.healthy_wait_ns, d.delay_ns, e.presync_ns, e.sync_excess_ns,
-       CASE WHEN e.most_sync AND e.sync_excess_ns >= z.threshold_ns / 2 THEN d.delay_ns END AS gpu_late_ns
+       d.wait_ns, d.healthy_wait_ns, greatest(d.delay_ns, ld.implied_late_ns) AS delay_ns, e.presync_ns,
+       e.sync_excess_ns,
+       CASE WHEN e.suspect AND e.most_sync AND e.sync_excess_ns >= z.threshold_ns / 2 THEN d.delay_ns
+            ELSE g.implied_late_ns END AS gpu_late_ns
 FROM a
 JOIN noise z USING (cluster_id)
 JOIN delayed d USING (inst_key)
-LEFT JOIN excess e USING (inst_key, rank);
+LEFT JOIN excess e USING (inst_key, rank)
+LEFT JOIN lasting g USING (inst_key, rank)
+LEFT JOIN lasting_delay ld USING (inst_key);
 
 -- name: rk_noise
 -- Per cluster: the noise the lateness threshold comes from (median and robust sigma of the primary
