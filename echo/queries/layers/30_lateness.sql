@@ -35,14 +35,13 @@ sampled AS MATERIALIZED (  -- the primary communicator's arrivals (about 500,000
     WHERE on_primary AND seq_g % greatest(1, (SELECT count(*) FROM a) // 500000) = 0
 ),
 typical AS (SELECT cluster_id, rank, median(host_late_ns) AS typical_ns FROM sampled GROUP BY ALL),
+levels AS (SELECT cluster_id, quantile_cont(typical_ns, 0.25) AS level_ns FROM typical GROUP BY ALL),
 lateness AS (  -- the noise: how far a rank's arrivals stray from its own typical lateness (a rank, or a
     -- whole node, late at every step is what is looked for, not noise), above the typical lateness of
     -- the on-time ranks (the lower quartile of the ranks' typical lateness)
-    SELECT cluster_id, any_value(q.level_ns) AS noise_median_ns,
+    SELECT cluster_id, any_value(l.level_ns) AS noise_median_ns,
            1.4826 * mad(s.host_late_ns - t.typical_ns) AS noise_sigma_ns
-    FROM sampled s
-    JOIN typical t USING (cluster_id, rank)
-    JOIN (SELECT cluster_id, quantile_cont(typical_ns, 0.25) AS level_ns FROM typical GROUP BY ALL) q USING (cluster_id)
+    FROM sampled s JOIN typical t USING (cluster_id, rank) JOIN levels l USING (cluster_id)
     GROUP BY cluster_id
 ),
 inst AS MATERIALIZED (  -- one row per instance (its lowest rank's)
@@ -80,25 +79,31 @@ delayed AS MATERIALIZED (
     JOIN slot s ON s.cluster_id = i.cluster_id AND s.comm_key = i.comm_key AND s.pos IS NOT DISTINCT FROM i.pos
     LEFT JOIN step_late t ON t.cluster_id = i.cluster_id AND t.step IS NOT DISTINCT FROM i.step
 ),
-behind AS (  -- clusters with a rank that typically arrives behind most others: its GPU may be slow at
-    -- every step (its sync before calling returns later), which leaves no healthy instance to measure a
-    -- delay against; only then is every first call's sync window looked into
-    SELECT cluster_id FROM typical JOIN noise z USING (cluster_id)
-    GROUP BY cluster_id
-    HAVING max(typical_ns) - quantile_cont(typical_ns, 0.25) >= greatest(1e6, any_value(z.threshold_ns) / 4)
+behind AS (  -- ranks that typically arrive behind most others (by 1 ms and a quarter of the threshold):
+    -- a GPU slow at every step (its sync before calling returns later) leaves no healthy instance to
+    -- measure a delay against. Every first call of theirs is looked into, and every rank's at one step
+    -- in every_k (about 512 steps), for what the peers' syncs take
+    SELECT t.cluster_id, t.rank, greatest(1, z.steps // 512) AS every_k
+    FROM typical t JOIN levels l USING (cluster_id) JOIN noise z USING (cluster_id)
+    WHERE t.typical_ns - l.level_ns >= greatest(1e6, z.threshold_ns / 4)
 ),
 suspects AS MATERIALIZED (  -- pos-0 rows of instances with a delay their host lateness does not explain
-    -- (suspect), and of the primary's first calls in a cluster with a rank behind; each with the end of
-    -- its previous step (the completion of its stream's previous call; the few rows on the right, the
-    -- side a hash join builds)
-    SELECT s.inst_key, s.rank, s.thread_key, b.complete_c AS prev_c, s.enter_c, s.clock_offset_ns, s.suspect
+    -- (suspect: every rank), and the primary's first calls of ranks behind and, at sampled steps, of
+    -- every rank of their cluster; each with the end of its previous step (the completion of its
+    -- stream's previous call; the few rows on the right, the side a hash join builds)
+    SELECT s.cluster_id, s.inst_key, s.rank, s.thread_key, b.complete_c AS prev_c, s.enter_c, s.clock_offset_ns,
+           s.suspect, s.sampled
     FROM a b
     JOIN (SELECT * FROM (
               SELECT a.*, d.delay_ns >= d.threshold_ns
                           AND d.delay_ns - greatest(d.last_late_ns, d.step_last_late_ns, 0) >= d.threshold_ns / 2
-                          AS suspect
-              FROM a JOIN (SELECT * FROM delayed WHERE pos = 0) d USING (inst_key))
-          WHERE suspect OR (on_primary AND cluster_id IN (SELECT cluster_id FROM behind))) s
+                          AS suspect,
+                     r.rank IS NOT NULL AS candidate,
+                     coalesce(a.on_primary AND a.step % k.every_k = 0, false) AS sampled
+              FROM a JOIN (SELECT * FROM delayed WHERE pos = 0) d USING (inst_key)
+              LEFT JOIN (SELECT DISTINCT cluster_id, every_k FROM behind) k ON k.cluster_id = a.cluster_id
+              LEFT JOIN behind r ON r.cluster_id = a.cluster_id AND r.rank = a.rank)
+          WHERE suspect OR sampled OR (candidate AND on_primary)) s
       ON b.stream = s.stream AND b.seq = s.seq - 1
     WHERE b.complete_c IS NOT NULL
 ),
@@ -110,7 +115,7 @@ suspect_buckets AS MATERIALIZED (  -- each window once per 1 s bucket an overlap
     FROM suspects s
 ),
 presync AS (  -- time blocked in syncs, less the run-queue waits (behind another workload) that ended them
-    SELECT s.inst_key, s.rank, s.suspect,
+    SELECT s.cluster_id, s.inst_key, s.rank, s.suspect, s.sampled,
            coalesce(sum((least(h.end_ns - s.clock_offset_ns, s.enter_c)
                          - greatest(h.start_ns - s.clock_offset_ns, s.prev_c))
                         * CASE WHEN h.kind = 'sync' THEN 1 ELSE -1 END) FILTER (WHERE h.kind IS NOT NULL), 0)
@@ -127,20 +132,30 @@ presync AS (  -- time blocked in syncs, less the run-queue waits (behind another
     GROUP BY ALL
 ),
 excess AS (  -- against the lower quartile of the instance's ranks, so a whole node's slow GPUs stand out
+    -- (meaningful where every rank was looked into: suspect or sampled instances)
     SELECT *, sync_excess_ns >= 0.5 * max(sync_excess_ns) OVER (PARTITION BY inst_key) AS most_sync
     FROM (SELECT *, quantile_cont(presync_ns, 0.25) OVER (PARTITION BY inst_key) AS quartile_sync_ns,
                  presync_ns - quartile_sync_ns AS sync_excess_ns
           FROM presync)
 ),
-implied AS MATERIALIZED (  -- the primary's first calls of behind clusters: the lateness at the collective
-    -- that the rank's sync excess implies. A GPU f = presync / quartile times slower than its peers'
-    -- over the work the sync waited for is f times slower over the work queued after it too: of what
-    -- remained from its call to the completion, 1 - 1/f is its own extra time
-    SELECT e.inst_key, a.cluster_id, e.rank, e.sync_excess_ns,
-           CAST(e.sync_excess_ns + (1 - e.quartile_sync_ns / e.presync_ns) * (a.done_c - a.enter_c) AS BIGINT)
-               AS implied_late_ns
-    FROM excess e JOIN a USING (inst_key, rank)
-    WHERE NOT e.suspect AND a.on_primary AND e.quartile_sync_ns >= 1e6 AND e.sync_excess_ns > 0
+peer_sync AS (  -- per cluster with a rank behind: the lower quartile's sync time at a typical sampled step
+    SELECT cluster_id, median(quartile_sync_ns) AS quartile_sync_ns FROM excess WHERE sampled GROUP BY ALL
+),
+implied AS MATERIALIZED (  -- the first calls of ranks behind: the lateness at the collective that the
+    -- rank's sync excess implies. A GPU f = presync / quartile times slower than its peers' over the work
+    -- the sync waited for is f times slower over the work queued after it too: of what remained from its
+    -- call to the completion, 1 - 1/f is its own extra time
+    SELECT e.inst_key, e.cluster_id, e.rank, e.presync_ns - q.quartile_sync_ns AS sync_excess_ns,
+           CAST(e.presync_ns - q.quartile_sync_ns
+                + (1 - q.quartile_sync_ns / e.presync_ns) * (a.done_c - a.enter_c) AS BIGINT) AS implied_late_ns
+    FROM excess e
+    SEMI JOIN behind r ON r.cluster_id = e.cluster_id AND r.rank = e.rank
+    JOIN (SELECT e.inst_key, CASE WHEN e.sampled THEN e.quartile_sync_ns ELSE p.quartile_sync_ns END
+                             AS quartile_sync_ns
+          FROM (SELECT DISTINCT cluster_id, inst_key, sampled, quartile_sync_ns FROM excess) e
+          JOIN peer_sync p USING (cluster_id)) q USING (inst_key)
+    JOIN a USING (inst_key, rank)
+    WHERE NOT e.suspect AND a.on_primary AND q.quartile_sync_ns >= 1e6 AND e.presync_ns > q.quartile_sync_ns
 ),
 lasting AS (  -- a GPU slow at most steps: the rank's median implied lateness reaches the threshold, and
     -- its median sync excess is a visible part of it (1 ms, a quarter of the threshold); named at the
@@ -149,8 +164,9 @@ lasting AS (  -- a GPU slow at most steps: the rank's median implied lateness re
     FROM implied i
     JOIN (SELECT a.cluster_id, a.rank, median(coalesce(i.implied_late_ns, 0)) AS implied_ns,
                  median(coalesce(i.sync_excess_ns, 0)) AS excess_ns
-          FROM a LEFT JOIN implied i USING (inst_key, rank)
-          WHERE a.on_primary AND a.pos = 0 AND a.cluster_id IN (SELECT cluster_id FROM behind)
+          FROM a SEMI JOIN behind r ON r.cluster_id = a.cluster_id AND r.rank = a.rank
+          LEFT JOIN implied i USING (inst_key, rank)
+          WHERE a.on_primary AND a.pos = 0
           GROUP BY ALL) r ON r.cluster_id = i.cluster_id AND r.rank = i.rank
     JOIN noise z ON z.cluster_id = i.cluster_id
     WHERE r.implied_ns >= z.threshold_ns AND r.excess_ns >= greatest(1e6, z.threshold_ns / 4)
