@@ -24,7 +24,7 @@ from echo.guard.check import check_sql_uncached
 from echo.guard.instance import open_sealed, seal
 from echo.guard.lexical import MAX_QUERY_CHARS, _invisible, _quoted_source, blank_literals, check_lexical
 from echo.guard.limits import _apply, _arguments, _count, check_sizes, number, range_size
-from echo.guard.parsed import _safe, _walk, check_parsed, serialize
+from echo.guard.parsed import _parser, _safe, _walk, check_parsed, serialize
 from echo.guard.pivot import static_twin
 from echo.guard.policy import DEFAULT_TABLE_FUNCTIONS, is_denied
 from echo.guard.refusal import ALLOWED, safe_message
@@ -597,6 +597,9 @@ def test_each_thread_parses_with_its_own_connection() -> None:
 
     def work() -> None:
         try:
+            con = _parser()
+            assert _parser() is con  # opened once per thread, then reused
+            assert con.execute("SELECT current_setting('enable_external_access')").fetchall() == [(False,)]
             check_parsed("SELECT count(*) FROM events", POLICY)
             assert reason(lambda: check_parsed("SELECT * FROM secrets", POLICY)) == "unknown table 'secrets'"
         except BaseException as error:  # handed to the main thread

@@ -133,7 +133,7 @@ def _quoted_source(text: str) -> bool:
             if clause[-1] == "from" and prev.lower() in ("from", "join", ",", "lateral"):
                 clause.append("from")
             elif prev[:1].isalnum() or prev[:1] == "_" or prev[:1] == '"':
-                clause.append("call" if prev.lower() not in _CLAUSES | {"from", "join", "as", "in"} else None)
+                clause.append("call" if prev.lower() not in _CLAUSES else None)
             else:
                 clause.append(None)
         elif token == ")":
