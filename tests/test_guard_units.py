@@ -600,6 +600,8 @@ def test_each_thread_parses_with_its_own_connection() -> None:
             con = _parser()
             assert _parser() is con  # opened once per thread, then reused
             assert con.execute("SELECT current_setting('enable_external_access')").fetchall() == [(False,)]
+            paths = con.execute("SELECT path FROM duckdb_databases() WHERE NOT internal").fetchall()
+            assert paths == [(None,)]  # in memory: parsing writes no file
             check_parsed("SELECT count(*) FROM events", POLICY)
             assert reason(lambda: check_parsed("SELECT * FROM secrets", POLICY)) == "unknown table 'secrets'"
         except BaseException as error:  # handed to the main thread
