@@ -623,6 +623,11 @@ def test_safe_shortens_and_masks_names() -> None:
 # --- policy, the entry point, the sealed instance, refusal messages --------------------------------
 
 
+def test_every_allowed_table_function_is_an_allowed_function_name() -> None:
+    """Why the walk may see a table function's call node as an expression too (unnest, range as scalars)."""
+    assert all(POLICY.allows_function(name) for name in POLICY.table_functions)
+
+
 def test_policy_for_relations() -> None:
     policy = Policy.for_relations(["Events", "b"], ["My_Macro"], ["Proj_F"])
     assert policy.relations == frozenset({"events", "b"})
