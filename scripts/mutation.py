@@ -10,6 +10,7 @@ Usage::
     python scripts/mutation.py                       # every target (tens of minutes: not part of make test)
     python scripts/mutation.py health chain event_id --budget-s 600 --report build/mutation.json
     python scripts/mutation.py --list
+    python scripts/mutation.py guard --only 'echo.guard.parsed.x_serialize__mutmut_*'   # some mutants only
 
 Scores and surviving mutants with their reasons are kept in docs/testing.md.
 """
@@ -25,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -63,8 +64,9 @@ TARGETS: dict[str, Target] = {
         (f"{TRACKER}_collective__*", f"{TRACKER}_init__*", f"{TRACKER}_comm__*", f"{TRACKER}_step_done__*",
          f"{TRACKER}_sync__*", "agent.procstate.xǁProcǁstep_chain__*"),
     ),
-    "guard": Target(("echo/guard/*.py",), ("tests/test_guard_layers.py", "tests/test_guard_corpus.py",
-                                           "tests/test_guard_parsed.py", "tests/test_guard_fuzz.py"),
+    "guard": Target(("echo/guard/*.py",), ("tests/test_guard_units.py", "tests/test_guard_layers.py",
+                                           "tests/test_guard_corpus.py", "tests/test_guard_parsed.py",
+                                           "tests/test_guard_fuzz.py"),
                     "the SQL guard's lexical and parser layers and the sealed instance"),
     "writer": Target(("echo/store/writer.py",), ("tests/test_echo_writer.py", "tests/test_store_faults.py",
                                                  "tests/test_durability.py", "tests/test_echo_serve.py"),
@@ -175,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, help="write the outcomes as JSON")
     parser.add_argument("--keep", type=Path, help="keep mutmut's copies and logs (for mutmut show)")
     parser.add_argument("--list", action="store_true", help="print the targets and exit")
+    parser.add_argument("--only", action="append", default=[], metavar="GLOB",
+                        help="run only the mutants whose names match (repeatable; e.g. last run's survivors)")
     args = parser.parse_args(argv)
     if args.list:
         for name, t in TARGETS.items():
@@ -187,7 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("mutmut is not installed in this environment: pip install -e '.[dev]' (make install)")
     outcomes = []
     for name in args.targets or list(TARGETS):
-        o = run_target(name, TARGETS[name], args.budget_s, args.max_children, args.keep)
+        target = TARGETS[name]
+        if args.only:
+            target = replace(target, functions=tuple(args.only))
+        o = run_target(name, target, args.budget_s, args.max_children, args.keep)
         outcomes.append(o)
         score = "n/a" if o.score is None else f"{o.score:.1%}"
         print(f"{name}: {o.status} in {o.seconds:.0f} s, score {score}, {o.counts}", flush=True)

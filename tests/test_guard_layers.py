@@ -36,7 +36,7 @@ _NAMES = re.compile(
     r"\b(insert|update|delete|merge|upsert|drop|alter|create|truncate|attach|detach|copy|export|import"
     r"|install|load|checkpoint|force_checkpoint|vacuum|pragma\w*|call|set|reset|nextval|setval|write_log"
     r"|current_setting|getenv|getvariable|which_secret|duckdb_settings|read_\w+|\w+_scan|glob|sniff_\w+"
-    r"|parquet_\w+|query|query_table|httpfs|json_execute_serialized_sql)\b|://",
+    r"|parquet_\w+|query|query_table|httpfs|json_execute_serialized_sql|show|describe|summarize)\b|://",
     re.IGNORECASE,
 )
 _FILE_SOURCE = re.compile(

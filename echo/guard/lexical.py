@@ -65,6 +65,8 @@ _LEADING = re.compile(
     r"|summarize|explain|analyze)\b",
     re.IGNORECASE,
 )
+# Catalog listings that also work as a subquery (``FROM (SHOW TABLES)``, ``(DESCRIBE events)``).
+_NESTED_LISTING = re.compile(r"\(\s*(show|describe|summarize)\b", re.IGNORECASE)
 # Tokens for finding a string literal used as a FROM item (``FROM 'x.csv'``, ``FROM t, '/etc/passwd'``,
 # ``JOIN ('a.csv')``), which DuckDB would read as a file; the FROM inside ``extract(epoch FROM '...')``
 # or ``trim(... FROM '...')`` is an argument separator, not a clause.
@@ -73,6 +75,8 @@ _CLAUSES = frozenset(
     {"select", "where", "group", "having", "order", "qualify", "window", "limit", "offset", "on", "using",
      "union", "except", "intersect", "values", "pivot", "unpivot", "returning", "by"}
 )
+_SUBQUERY = frozenset({"select", "with", "values"})
+"""Words that, right after ``(``, start a subquery (FROM-first ``(FROM t)`` is handled beside them)."""
 # A quoted name that looks like a path, URL or data file (a replacement scan would read it); dotted
 # names such as "rankecho.health.score" (pivoted metric columns) are fine.
 _PATHLIKE_IDENT = re.compile(
@@ -109,31 +113,39 @@ def blank_literals(text: str) -> str:
 
 
 def _quoted_source(text: str) -> bool:
-    """True when a string literal stands where DuckDB expects a table (a FROM or JOIN item)."""
+    """True when a string literal stands where DuckDB expects a table (a FROM or JOIN item).
+
+    A word before ``(`` opens a call, where FROM only separates arguments (``trim(x FROM y)``), unless
+    the parenthesis starts a subquery: ``AND (SELECT ...)``, ``EXISTS (FROM ...)``, ``ARRAY(WITH ...)``
+    (only ``trim`` takes FROM as its first argument).
+    """
     clause: list[str | None] = [None]  # the clause at each parenthesis depth; "call" inside f(...)
-    prev = ""
+    prev = before = ""
     for match in TOKEN.finditer(text):
         token = match.group(0)
         low = token.lower()
         if token.startswith(("--", "/*")):
             continue
+        subquery = low in _SUBQUERY or (low == "from" and before != "trim")
+        if clause[-1] == "call" and prev == "(" and subquery:
+            clause[-1] = None  # a subquery, not arguments
         if token == "(":
-            if clause[-1] == "from" and low != "" and prev.lower() in ("from", "join", ",", "lateral"):
+            if clause[-1] == "from" and prev.lower() in ("from", "join", ",", "lateral"):
                 clause.append("from")
             elif prev[:1].isalnum() or prev[:1] == "_" or prev[:1] == '"':
-                clause.append("call" if prev.lower() not in _CLAUSES | {"from", "join", "as", "in"} else None)
+                clause.append("call" if prev.lower() not in _CLAUSES else None)
             else:
                 clause.append(None)
         elif token == ")":
             if len(clause) > 1:
                 clause.pop()
-        elif clause[-1] != "call" and low in ("from", "join"):
-            clause[-1] = "from"
+        elif clause[-1] != "call" and low in ("from", "join") and prev.lower() != "distinct":
+            clause[-1] = "from"  # (not the FROM of IS [NOT] DISTINCT FROM)
         elif clause[-1] != "call" and low in _CLAUSES:
             clause[-1] = low
         elif token.startswith("'") and clause[-1] == "from":
             return True
-        prev = token
+        prev, before = token, prev.lower()
     return False
 
 
@@ -154,7 +166,7 @@ def check_lexical(sql: str) -> str:
         keyword = _KEYWORDS.search(code)
         if keyword:
             raise Refused(f"'{keyword.group(1).upper()}' statements and clauses are not allowed")
-        leading = _LEADING.search(code)
+        leading = _LEADING.search(code) or _NESTED_LISTING.search(code)
         if leading:
             raise Refused(f"'{leading.group(1).upper()}' statements are not allowed")
         if _quoted_source(form):

@@ -603,3 +603,19 @@ SELECT * FROM (SELECT 1) t JOIN ('x.csv') f ON true
 SELECT * FROM events e, 'passwd' p
 ====
 SELECT * FROM "secrets.parquet"
+====
+SELECT count(*) FROM events WHERE EXISTS (SELECT * FROM '/etc/passwd')
+====
+SELECT count(*) FROM events WHERE rank > 0 AND (SELECT count(*) FROM 'leak.csv') > 0
+====
+SELECT NOT EXISTS (FROM '/etc/passwd')
+====
+SELECT ARRAY(FROM '/etc/hostname')
+====
+SELECT CASE WHEN rank > 0 THEN (SELECT 1 FROM 'secrets.parquet') END FROM events
+====
+SELECT * FROM (SHOW TABLES)
+====
+SELECT * FROM events, (DESCRIBE events)
+====
+FROM (SUMMARIZE events)
