@@ -163,6 +163,9 @@ def test_acknowledged_counts_are_the_rows_new_to_the_store(con: duckdb.DuckDBPyC
     assert writer.submit(table(["e", "f"], COLLECTIVE)).result(10) == 2  # after a resend: ON CONFLICT first
     assert writer.submit(table(["e", "f"], COLLECTIVE)).result(10) == 0  # all resent
     writer.stop(timeout=5)
+    for name in ("incoming", writer_module.STAGED):  # no batch stays registered (held in memory)
+        with pytest.raises(duckdb.CatalogException):
+            writer._con.execute(f"SELECT count(*) FROM {name}")
     assert count(con) == 6
     assert collectives(con) == [(6, 6)]  # the typed copies hold each event once, resends included
     snap = stats.snapshot()
@@ -298,9 +301,10 @@ def test_an_in_memory_writer_idles_without_checkpoints() -> None:
     with duckdb.connect() as memory:
         migrate(memory)
         writer = started(memory, checkpoint_every_s=0.05)
-        time.sleep(0.25)
-        assert writer.running
         assert writer.submit(table(["a"])).result(10) == 1
+        time.sleep(writer_module.PROBE_EVERY_S + 0.3)  # idle past the interval: nothing to fold in memory
+        assert writer.running
+        assert writer.submit(table(["b"])).result(10) == 1
         writer.stop(timeout=5)
         assert writer.checkpoint() is False
 
