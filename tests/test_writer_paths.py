@@ -10,7 +10,6 @@ Fast and direct on purpose: ``scripts/mutation.py writer`` runs this file first 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import os
 import threading
@@ -94,12 +93,26 @@ def test_insert_sql_names_the_columns_and_skips_duplicates_only_when_asked() -> 
     assert insert_sql(["a"], True) == "INSERT INTO events (a) SELECT a FROM incoming ON CONFLICT DO NOTHING"
 
 
-def test_the_writers_defaults_are_echos_settings() -> None:
-    """The writer used alone (tests, tools) batches, retries and checkpoints like Echo does."""
+def test_the_writers_defaults_are_echos_settings(db: Path) -> None:
+    """The writer used alone (tests, tools) batches, retries and checkpoints like Echo does. Checked by
+    behaviour, not by signature: mutmut's trampolines keep the original signature."""
     defaults = {f.name: f.default for f in dataclasses.fields(Settings)}
-    params = inspect.signature(Writer).parameters
-    for name in ("batch_rows", "retry_after_s", "checkpoint_every_s"):
-        assert params[name].default == defaults[name], name
+    writer = Writer(duckdb.connect(), Stats(), queue_rows=1, db_path=db)
+    writer.submit(nulls(1))
+    with pytest.raises(QueueFullError) as full:
+        writer.submit(nulls(1))
+    assert full.value.retry_after_s == defaults["retry_after_s"] == 1.0
+    every = defaults["checkpoint_every_s"]
+    writer._last_checkpoint = time.monotonic() - every
+    assert writer._idle_work_due()  # the interval has passed
+    writer._last_checkpoint = time.monotonic() - every + 1
+    assert not writer._idle_work_due()
+    batch = defaults["batch_rows"]
+    merging = Writer(duckdb.connect(), Stats(), queue_rows=2 * batch)
+    for n in (batch // 2, batch - batch // 2, 1):
+        merging.submit(nulls(n))
+    taken = merging._take()
+    assert taken is not None and sum(p.table.num_rows for p in taken) == batch
 
 
 def test_take_merges_queued_requests_up_to_batch_rows() -> None:
