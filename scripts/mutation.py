@@ -68,9 +68,13 @@ TARGETS: dict[str, Target] = {
                                            "tests/test_guard_corpus.py", "tests/test_guard_parsed.py",
                                            "tests/test_guard_fuzz.py"),
                     "the SQL guard's lexical and parser layers and the sealed instance"),
-    "writer": Target(("echo/store/writer.py",), ("tests/test_echo_writer.py", "tests/test_store_faults.py",
-                                                 "tests/test_durability.py", "tests/test_echo_serve.py"),
-                     "the single writer: commit before acknowledge, duplicates, isolation of bad requests"),
+    # test_writer_paths.py first: direct and fast (about 15 s), it kills most mutants before the slow
+    # end-to-end files run (mutmut stops at a mutant's first failing test).
+    "writer": Target(("echo/store/writer.py",),
+                     ("tests/test_writer_paths.py", "tests/test_echo_writer.py", "tests/test_store_faults.py",
+                      "tests/test_durability.py", "tests/test_echo_serve.py"),
+                     "the single writer: commit before acknowledge, duplicates, isolation of bad requests, "
+                     "what a failed commit reports, checkpoints and probes at idle"),
 }
 
 

@@ -6,6 +6,7 @@ Both bind 127.0.0.1 on free ports, use a fresh DuckDB file under pytest's tmp di
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,23 @@ from echo.app import Echo
 from echo.settings import HostPort, Settings
 
 LOOPBACK_ANY_PORT = HostPort("127.0.0.1", 0)
+TMPFS_BYTES = 24 << 20
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 24 MiB tmpfs for store-fault tests (fill it with ``echo_helpers.disk_filled``): filling it is
+    fast and touches no real disk. Needs root (mount); elsewhere the test skips with why."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(where)],
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs (needs root): {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def local_settings(db_path: Path, **overrides: object) -> Settings:

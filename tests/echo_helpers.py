@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import socket
@@ -178,6 +179,25 @@ def scripted_collector(
         yield col, f"127.0.0.1:{port}"
     finally:
         server.stop(0)
+
+
+@contextmanager
+def disk_filled(where: Path) -> Iterator[Path]:
+    """Fill the volume (the ``small_disk`` tmpfs of conftest.py) to the last byte with one file;
+    removing it frees the space again."""
+    filler = where / "filler"
+    with filler.open("wb", buffering=0) as f:
+        chunk = b"\xff" * 65536
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(chunk)
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(b"\xff" * 512)
+    try:
+        yield filler
+    finally:
+        filler.unlink(missing_ok=True)
 
 
 def wait_until(cond: Callable[[], bool], what: str, timeout_s: float = 30.0, poll_s: float = 0.02) -> None:

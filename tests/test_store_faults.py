@@ -2,15 +2,13 @@
 
 Reproduces issue 9's findings: the cause of a failed commit ("No space left on device") reached neither
 producers nor the log, ``/readyz`` stayed 200 while every commit failed, and a shutdown on a full disk
-exited 1 and grew the store file. The tmpfs needs root (mount); elsewhere those tests skip with why.
+exited 1 and grew the store file. The tmpfs (conftest.py's ``small_disk``)
+needs root (mount); elsewhere those tests skip with why.
 """
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -22,42 +20,7 @@ from bench.launch.echo import EchoProcess
 from echo.app import Echo
 from echo.settings import HostPort, Settings
 from echo.store.condition import cause_of
-from tests.echo_helpers import TEST_TOKEN, grpc_export, node_request
-
-TMPFS_BYTES = 24 << 20
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 24 MiB tmpfs: filling it is fast and touches no real disk."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(where)],
-                          capture_output=True, text=True)  # fmt: skip
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (needs root): {done.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-@contextlib.contextmanager
-def disk_filled(where: Path) -> Iterator[Path]:
-    """Fill the volume to the last byte with one file; removing it frees the space again."""
-    filler = where / "filler"
-    with filler.open("wb", buffering=0) as f:
-        chunk = b"\xff" * 65536
-        with contextlib.suppress(OSError):
-            while True:
-                f.write(chunk)
-        with contextlib.suppress(OSError):
-            while True:
-                f.write(b"\xff" * 512)
-    try:
-        yield filler
-    finally:
-        filler.unlink(missing_ok=True)
+from tests.echo_helpers import TEST_TOKEN, disk_filled, grpc_export, node_request
 
 
 def settings(db: Path, **overrides: object) -> Settings:
