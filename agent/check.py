@@ -10,7 +10,7 @@ import importlib.util
 import os
 from dataclasses import dataclass
 
-from agent import discovery
+from rankecho.agent import discovery
 
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
 
@@ -96,8 +96,8 @@ def check_prologues(proc_root: str = "/proc", nccl: tuple[str, ...] = (),
     name = "probe cost"
     if importlib.util.find_spec("bcc") is None:
         return Check(name, False, "not checked (needs the bcc bindings to read symbols)", required=False)
-    from agent.probes import probe_sites
-    from agent.prologue import STEP_COST, STEP_FIX
+    from rankecho.agent.probes import probe_sites
+    from rankecho.agent.prologue import STEP_COST, STEP_FIX
 
     files = [(p, "nccl") for p in nccl] + [(p, "cuda") for p in cuda]
     if not files:

@@ -47,7 +47,7 @@ def _run(args: argparse.Namespace) -> int:
     import logging
     import sys
 
-    from agent import probes, settings, stopflag
+    from rankecho.agent import probes, settings, stopflag
 
     stop = stopflag.install()  # already done by rankecho.cli.main; again for callers that skip it
 
@@ -62,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
     warning = settings.plaintext_token_warning(s, args.insecure)
     if warning:
         log.warning(warning)
-    from agent.runner import run
+    from rankecho.agent.runner import run
 
     try:
         return run(s, stop)
@@ -74,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from agent import check
+    from rankecho.agent import check
 
     return check.main(tuple(args.nccl_lib or ()), tuple(args.cuda_lib or ()))
 

@@ -1,6 +1,6 @@
 """Decoding of the BPF ring-buffer records (layouts in agent/bpf/agent.h) into plain dataclasses.
 
-The traced functions (``FN``) and their groups come from the table in :mod:`agent.traced`.
+The traced functions (``FN``) and their groups come from the table in :mod:`rankecho.agent.traced`.
 
 Kept free of bcc so the tracker and its tests run anywhere. Usage::
 
@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
-from agent.traced import FN, group
+from rankecho.agent.traced import FN, group
 
 
 class KIND(IntEnum):

@@ -1,7 +1,7 @@
 """OTLP/gRPC export to Echo: a queue and a spool on top of rankecho's one OTLP client.
 
 The channel, token, TLS, gzip and one Export attempt are :mod:`shared.transport`'s; whether and when to
-resend is :mod:`shared.retry`'s (the OTLP spec's retryable codes, Echo's RetryInfo delay honoured,
+resend is :mod:`rankecho.shared.retry`'s (the OTLP spec's retryable codes, Echo's RetryInfo delay honoured,
 jittered backoff; UNAUTHENTICATED and the other final codes are logged with their fix and the batch is
 dropped, never retried). What is left here: a batch that cannot be sent yet goes to the spool instead of
 blocking the agent, and is replayed byte-identical once Echo answers (so Echo's dedup by event id holds).
@@ -30,12 +30,12 @@ from typing import Any
 
 import grpc
 
-from agent.spool import Spool
-from shared.otlp import AttrValue, Point
-from shared.retry import FIXES, NEVER_GIVE_UP, RETRYABLE, RetryPolicy, retry_delay
-from shared.retry import retryable as _retryable
-from shared.transport import MetricsClient, Target
-from shared.wire import encode_request
+from rankecho.agent.spool import Spool
+from rankecho.shared.otlp import AttrValue, Point
+from rankecho.shared.retry import FIXES, NEVER_GIVE_UP, RETRYABLE, RetryPolicy, retry_delay
+from rankecho.shared.retry import retryable as _retryable
+from rankecho.shared.transport import MetricsClient, Target
+from rankecho.shared.wire import encode_request
 
 __all__ = [
     "FIXES", "RETRYABLE", "Encoded", "ExportConfig", "Exporter", "backoff_s", "encode_batch", "retryable",
@@ -98,7 +98,7 @@ def backoff_s(attempt: int, base: float, cap: float, rand: Callable[[], float] =
 
 
 def retryable(code: grpc.StatusCode | None, server_delay_s: float | None = None) -> bool:
-    """True when the same request may succeed later (:func:`shared.retry.retryable`)."""
+    """True when the same request may succeed later (:func:`rankecho.shared.retry.retryable`)."""
     return _retryable(code, server_delay_s)
 
 

@@ -4,7 +4,7 @@ Shaped like bcc's tools: :func:`program_text` returns the C program (``rankecho 
 it), :func:`cflags` turns settings into ``-D`` knobs, :func:`load` compiles, and :func:`attach_library`
 puts uprobes on one library file (once per file: a probe on a path fires in every process that maps
 that inode). Functions that begin with ``endbr64`` are probed four bytes in, which keeps the argument
-registers and stack intact; :mod:`agent.prologue` says which probed instructions the kernel must
+registers and stack intact; :mod:`rankecho.agent.prologue` says which probed instructions the kernel must
 single-step (~11-15 us per hit), and the agent warns once per library when there are any.
 
 Usage::
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent import traced
-from agent.prologue import STEP_COST, STEP_FIX, classify, read_code
-from agent.traced import TRACED
+from rankecho.agent import traced
+from rankecho.agent.prologue import STEP_COST, STEP_FIX, classify, read_code
+from rankecho.agent.traced import TRACED
 
 BPF_DIR = Path(__file__).parent / "bpf"
 PROGRAM_FILE = BPF_DIR / "agent.bpf.c"
@@ -43,7 +43,7 @@ class Probe:
 
 
 PROBES: tuple[Probe, ...] = tuple(Probe(f.lib, f.symbol, f, f.handler != "count") for f in TRACED)
-"""Generated from :mod:`agent.traced`; ``count`` functions have only a hand-written entry probe."""
+"""Generated from :mod:`rankecho.agent.traced`; ``count`` functions have only a hand-written entry probe."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ GENERATED = {"/* @TRACED_ENUM@ */\n": traced.c_enum, "/* @TRACED_PROBES@ */\n": 
 
 
 def program_text() -> str:
-    """The C program with its header inlined and the parts generated from :mod:`agent.traced` filled
+    """The C program with its header inlined and the parts generated from :mod:`rankecho.agent.traced` filled
     in, exactly as compiled (minus the ``-D`` knobs)."""
     text = PROGRAM_FILE.read_text().replace('#include "agent.h"\n', HEADER_FILE.read_text())
     for marker, generate in GENERATED.items():

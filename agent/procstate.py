@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agent.events import CallRecord
-from agent.health import StepHealth
-from agent.identity import ProcessInfo
-from shared import contract as c
-from shared.otlp import AttrValue
+from rankecho.agent.events import CallRecord
+from rankecho.agent.health import StepHealth
+from rankecho.agent.identity import ProcessInfo
+from rankecho.shared import contract as c
+from rankecho.shared.otlp import AttrValue
 
 ProcKey = tuple[int, int]
 
@@ -27,7 +27,7 @@ class Comm:
     p2p: dict[tuple[int, int], int] = field(default_factory=dict)
     id_restored: bool = False
     """Created before this agent attached, but its id, rank and size came from the journal of an earlier
-    agent run (:mod:`agent.journal`): the id is exact, only ``seq`` counts from the attach."""
+    agent run (:mod:`rankecho.agent.journal`): the id is exact, only ``seq`` counts from the attach."""
     chain_comm: str | None = None
     """The id chain ids are built from when it is not ``comm_id`` (a restored comm: see tracker)."""
 

@@ -3,7 +3,7 @@
 In Kubernetes the chart gives the agent ``K8S_NODE_NAME``, ``K8S_POD_NAME``, ``K8S_NAMESPACE_NAME``
 and ``OTEL_RESOURCE_ATTRIBUTES`` (OTel's ``key=value,key=value``, values percent-encoded). Precedence,
 lowest first: ``OTEL_RESOURCE_ATTRIBUTES``, then the ``K8S_*`` variables, then the agent's explicit
-settings (cluster and node id, applied by :mod:`agent.settings`).
+settings (cluster and node id, applied by :mod:`rankecho.agent.settings`).
 
 Attributes that name the agent's *own* pod (:func:`pod_scoped`) describe only the agent's resource:
 a traced process carries the pod of its own environment, never the agent's.
@@ -17,7 +17,7 @@ import logging
 from collections.abc import Mapping
 from urllib.parse import unquote
 
-from shared import contract as c
+from rankecho.shared import contract as c
 
 OTEL_ENV = "OTEL_RESOURCE_ATTRIBUTES"
 K8S_ENV = {

@@ -18,18 +18,18 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from agent import discovery, probes, resource
-from agent.clock import ClockConverter
-from agent.events import decode
-from agent.export import Encoded, ExportConfig, Exporter, encode_batch
-from agent.identity import ProcessInfo, read_process, thread_group, thread_name
-from agent.journal import JOURNAL_NAME, CommJournal
-from agent.nvml import Nvml, gpu_for, open_nvml
-from agent.settings import Settings
-from agent.spool import Spool
-from agent.tracker import ProcKey, Tracker
-from shared import contract as c
-from shared.otlp import AttrValue, Point
+from rankecho.agent import discovery, probes, resource
+from rankecho.agent.clock import ClockConverter
+from rankecho.agent.events import decode
+from rankecho.agent.export import Encoded, ExportConfig, Exporter, encode_batch
+from rankecho.agent.identity import ProcessInfo, read_process, thread_group, thread_name
+from rankecho.agent.journal import JOURNAL_NAME, CommJournal
+from rankecho.agent.nvml import Nvml, gpu_for, open_nvml
+from rankecho.agent.settings import Settings
+from rankecho.agent.spool import Spool
+from rankecho.agent.tracker import ProcKey, Tracker
+from rankecho.shared import contract as c
+from rankecho.shared.otlp import AttrValue, Point
 
 log = logging.getLogger("rankecho.agent")
 POLL_S = 0.05

@@ -8,9 +8,9 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agent import resource
-from agent.probes import ProbeConfig
-from shared import contract as c
+from rankecho.agent import resource
+from rankecho.agent.probes import ProbeConfig
+from rankecho.shared import contract as c
 
 DEFAULT_SPOOL_ROOT = "/var/lib/rankecho/spool"
 LOOPBACK_HOSTS = ("127.", "localhost", "[::1]", "::1")
@@ -57,7 +57,7 @@ def _token(args: argparse.Namespace, env: Mapping[str, str]) -> str:
 
 def from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
     """Resolve flags + environment into Settings: RANKECHO_TOKEN, RANKECHO_CLUSTER_ID, RANKECHO_SPOOL_ROOT,
-    and the identity of :mod:`agent.resource`. Node id: --node-id, else K8S_NODE_NAME, NODE_NAME,
+    and the identity of :mod:`rankecho.agent.resource`. Node id: --node-id, else K8S_NODE_NAME, NODE_NAME,
     ``k8s.node.name`` in OTEL_RESOURCE_ATTRIBUTES, the host name. Cluster id: --cluster-id, else
     RANKECHO_CLUSTER_ID, ``k8s.cluster.name`` in OTEL_RESOURCE_ATTRIBUTES, ``default``."""
     env = os.environ if env is None else env

@@ -3,7 +3,7 @@
 Each member of :class:`FN` is one traced function: its id in ring-buffer records, library, symbol, how
 the BPF side handles it, the C expressions stored in the record's four argument slots, and its group.
 ``enum rk_fn`` and the ``CALL()``/``INIT()`` probe lines of ``agent/bpf/agent.bpf.c`` are generated
-from it (:func:`c_enum`, :func:`c_probes`, inlined by ``agent.probes.program_text``), and so are the
+from it (:func:`c_enum`, :func:`c_probes`, inlined by ``rankecho.agent.probes.program_text``), and so are the
 Python views (``agent.events.SYMBOLS``, ``COLLECTIVES``..., ``agent.probes.PROBES``). Adding an NCCL or
 CUDA call is one member here, plus what the tracker makes of it. Kept free of bcc.
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from agent.clock import ClockConverter
-from agent.events import (
+from rankecho.agent.clock import ClockConverter
+from rankecho.agent.events import (
     COLLECTIVES,
     FN,
     P2P,
@@ -29,17 +29,17 @@ from agent.events import (
     Record,
     unpack_collective,
 )
-from agent.identity import (
+from rankecho.agent.identity import (
     ProcessInfo,
     short_hash,
     split_child_id,
     unaligned_comm_id,
     unique_id_hash,
 )
-from agent.journal import CommJournal
-from agent.procstate import Comm, Pending, Proc, ProcKey
-from shared import contract as c
-from shared.otlp import AttrValue, Point
+from rankecho.agent.journal import CommJournal
+from rankecho.agent.procstate import Comm, Pending, Proc, ProcKey
+from rankecho.shared import contract as c
+from rankecho.shared.otlp import AttrValue, Point
 
 Sink = Callable[[ProcKey | None, Point], None]
 

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.check import ebpf_missing
-from sim.job import SimJob, stop_all
+from rankecho.agent.check import ebpf_missing
+from rankecho.sim.job import SimJob, stop_all
 
 ROOT = Path(__file__).resolve().parent.parent
 SIM = ROOT / "sim"

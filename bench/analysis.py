@@ -1,7 +1,7 @@
 """How fast the straggler diagnosis answers: on big stores, and live from a straggler's first late call.
 
 Stores: for each ``--sizes`` entry, a synthetic store of that many events in the agent's shape
-(:mod:`sim.synthetic`: 2 nodes x 8 ranks, node clocks 40 ms apart, world and tensor-parallel
+(:mod:`rankecho.sim.synthetic`: 2 nodes x 8 ranks, node clocks 40 ms apart, world and tensor-parallel
 communicators, one rank 60 ms late every 14 steps and another 30 ms late at every step). Measured
 ``--repeat`` times each, medians and p95 beside the targets, as MCP calls them (guard, read-only
 transaction, JSON):
@@ -31,16 +31,16 @@ from typing import Any
 
 import duckdb
 
-from echo.app import Echo
-from echo.guard.instance import seal
-from echo.mcp.rates import load_rates
-from echo.mcp.tools import Investigation, Limits
-from echo.settings import HostPort, Settings
-from echo.store.migrate import migrate
-from echo.store.reader import Reader
-from sim.launcher import LaunchOptions, RunResult, run_scenario
-from sim.scenario import load_scenario
-from sim.synthetic import EVENTS_PER_RANK_STEP, SynFault, SynNode, SyntheticJob, write_job
+from rankecho.echo.app import Echo
+from rankecho.echo.guard.instance import seal
+from rankecho.echo.mcp.rates import load_rates
+from rankecho.echo.mcp.tools import Investigation, Limits
+from rankecho.echo.settings import HostPort, Settings
+from rankecho.echo.store.migrate import migrate
+from rankecho.echo.store.reader import Reader
+from rankecho.sim.launcher import LaunchOptions, RunResult, run_scenario
+from rankecho.sim.scenario import load_scenario
+from rankecho.sim.synthetic import EVENTS_PER_RANK_STEP, SynFault, SynNode, SyntheticJob, write_job
 
 TARGETS_MS = {"find_stragglers": 1000.0, "explain_straggler": 200.0}
 ONSET_TARGET_S = 5.0

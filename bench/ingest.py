@@ -28,10 +28,10 @@ import duckdb
 
 from bench.launch.echo import EchoProcess
 from bench.launch.stress import StressProcess
-from stress import runner
-from stress.planting import StressPlan
-from stress.runner import Batch, StressConfig
-from stress.senders import Target
+from rankecho.stress import runner
+from rankecho.stress.planting import StressPlan
+from rankecho.stress.runner import Batch, StressConfig
+from rankecho.stress.senders import Target
 
 TOKEN = "bench-ingest-token"
 TARGET_POINTS_PER_S = 150_000
@@ -68,7 +68,7 @@ def writer_busy_s(echo: EchoProcess) -> float | None:
 
 @dataclass
 class HttpResult:
-    """What :func:`http_run` counted, named as :class:`stress.runner.StressResult` names it."""
+    """What :func:`http_run` counted, named as :class:`rankecho.stress.runner.StressResult` names it."""
 
     sent: int = 0
     acked: int = 0

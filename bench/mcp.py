@@ -27,14 +27,14 @@ from typing import Any
 
 import duckdb
 
-from echo.guard import project_policy
-from echo.guard.check import check_sql_uncached, clear_guard_cache
-from echo.guard.instance import seal
-from echo.mcp.rates import load_rates
-from echo.mcp.tools import Investigation, Limits
-from echo.queries import QUERIES, seed_examples
-from echo.store.migrate import migrate
-from echo.store.reader import ANALYSIS_PRELUDE, Reader
+from rankecho.echo.guard import project_policy
+from rankecho.echo.guard.check import check_sql_uncached, clear_guard_cache
+from rankecho.echo.guard.instance import seal
+from rankecho.echo.mcp.rates import load_rates
+from rankecho.echo.mcp.tools import Investigation, Limits
+from rankecho.echo.queries import QUERIES, seed_examples
+from rankecho.echo.store.migrate import migrate
+from rankecho.echo.store.reader import ANALYSIS_PRELUDE, Reader
 
 START_NS = 1_796_221_800_000_000_000
 ANALYSES = {

@@ -25,20 +25,20 @@ from typing import Protocol
 import duckdb
 import grpc
 
-from echo import ops
-from echo.guard.instance import seal
-from echo.ingest.asgi_server import AsgiServer, Limits
-from echo.ingest.auth import TokenCheck
-from echo.ingest.grpc_server import start_grpc
-from echo.ingest.http_server import OpsRoute, start_http
-from echo.ingest.service import Ingest
-from echo.sandbox import Sandbox, SandboxLimits
-from echo.settings import HostPort, Settings, memory_limit_bytes
-from echo.store.lock import StoreLock, StoreLockedError
-from echo.store.migrate import migrate
-from echo.store.reader import Reader
-from echo.store.snapshot import Snapshots
-from echo.store.writer import Writer
+from rankecho.echo import ops
+from rankecho.echo.guard.instance import seal
+from rankecho.echo.ingest.asgi_server import AsgiServer, Limits
+from rankecho.echo.ingest.auth import TokenCheck
+from rankecho.echo.ingest.grpc_server import start_grpc
+from rankecho.echo.ingest.http_server import OpsRoute, start_http
+from rankecho.echo.ingest.service import Ingest
+from rankecho.echo.sandbox import Sandbox, SandboxLimits
+from rankecho.echo.settings import HostPort, Settings, memory_limit_bytes
+from rankecho.echo.store.lock import StoreLock, StoreLockedError
+from rankecho.echo.store.migrate import migrate
+from rankecho.echo.store.reader import Reader
+from rankecho.echo.store.snapshot import Snapshots
+from rankecho.echo.store.writer import Writer
 
 log = logging.getLogger(__name__)
 CHECKPOINT_THRESHOLD = "256MB"

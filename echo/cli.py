@@ -9,24 +9,24 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from echo.mcp import cli as mcp_cli
-from echo.settings import ANALYSIS_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT, QUERY_MEMORY_LIMIT
+from rankecho.echo.mcp import cli as mcp_cli
+from rankecho.echo.settings import ANALYSIS_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT, QUERY_MEMORY_LIMIT
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from echo.serve import main
+    from rankecho.echo.serve import main
 
     return main(args)
 
 
 def _query(args: argparse.Namespace) -> int:
-    from echo.query_cmd import main
+    from rankecho.echo.query_cmd import main
 
     return main(args)
 
 
 def _diagnose(args: argparse.Namespace) -> int:
-    from echo.diagnose_cmd import main
+    from rankecho.echo.diagnose_cmd import main
 
     return main(args)
 

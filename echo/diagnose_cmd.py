@@ -35,11 +35,11 @@ def from_store(db: Path, window: str | None, cluster_id: str | None, min_late_ms
     """Run the diagnosis on a store file in this process."""
     import duckdb
 
-    from echo.guard.instance import open_sealed
-    from echo.mcp.diagnosis import DiagnosisError
-    from echo.mcp.rates import load_rates
-    from echo.mcp.tools import Investigation, InvestigationError, Limits
-    from echo.store.reader import Reader
+    from rankecho.echo.guard.instance import open_sealed
+    from rankecho.echo.mcp.diagnosis import DiagnosisError
+    from rankecho.echo.mcp.rates import load_rates
+    from rankecho.echo.mcp.tools import Investigation, InvestigationError, Limits
+    from rankecho.echo.store.reader import Reader
 
     try:
         con = open_sealed(db, memory_limit)
@@ -103,8 +103,8 @@ def read_token(path: str | None) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from echo.report import render_stragglers
-    from echo.store.lock import is_locked, read_holder
+    from rankecho.echo.report import render_stragglers
+    from rankecho.echo.store.lock import is_locked, read_holder
 
     try:
         if args.db:

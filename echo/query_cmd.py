@@ -1,7 +1,7 @@
 """``rankecho query``: one read-only statement on a store file that no Echo holds.
 
-Runs like ``fleet.cluster.run_analysis``: the SQL guard (:func:`echo.guard.check_sql`), then one
-analysis worker process (:class:`echo.sandbox.Sandbox`) that attaches the store read-only in a sealed
+Runs like ``fleet.cluster.run_analysis``: the SQL guard (:func:`rankecho.echo.guard.check_sql`), then one
+analysis worker process (:class:`rankecho.echo.sandbox.Sandbox`) that attaches the store read-only in a sealed
 instance (no file, URL or extension; settings locked) under a hard memory cap (``--memory-limit``) and
 a deadline. Errors are printed with the same masking as MCP (:func:`echo.guard.safe_message`: no paths).
 Exit codes: 0 ok, 1 query refused or failed (or a bad ``--memory-limit``), 3 store held by a running Echo.
@@ -20,11 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from echo.guard import Refused, check_sql, safe_message
-from echo.sandbox import Sandbox, SandboxLimits
-from echo.settings import QUERY_MEMORY_LIMIT, SettingsError, memory_limit_bytes
-from echo.store.lock import is_locked, read_holder
-from echo.store.reader import QueryError, QueryResult, QueryTimeoutError
+from rankecho.echo.guard import Refused, check_sql, safe_message
+from rankecho.echo.sandbox import Sandbox, SandboxLimits
+from rankecho.echo.settings import QUERY_MEMORY_LIMIT, SettingsError, memory_limit_bytes
+from rankecho.echo.store.lock import is_locked, read_holder
+from rankecho.echo.store.reader import QueryError, QueryResult, QueryTimeoutError
 
 
 def _jsonable(value: Any) -> Any:

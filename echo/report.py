@@ -1,6 +1,6 @@
 """Diagnosis results rendered for a person at a terminal: one paragraph per straggler, then a table.
 
-The same dicts the MCP tools return (:mod:`echo.mcp.diagnosis`) come in; nothing is recomputed here.
+The same dicts the MCP tools return (:mod:`rankecho.echo.mcp.diagnosis`) come in; nothing is recomputed here.
 ``rankecho diagnose`` and the demo print with it.
 
 Usage::

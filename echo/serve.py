@@ -1,4 +1,4 @@
-"""``rankecho serve``: run :class:`echo.app.Echo` until SIGTERM/SIGINT, then drain and exit.
+"""``rankecho serve``: run :class:`rankecho.echo.app.Echo` until SIGTERM/SIGINT, then drain and exit.
 
 Exit codes: 0 clean stop, 2 bad configuration, 3 store held by another Echo.
 """
@@ -11,9 +11,9 @@ import signal
 import sys
 import threading
 
-from echo.app import Echo, Service
-from echo.settings import Settings, SettingsError, settings_from_args
-from echo.store.lock import StoreLockedError
+from rankecho.echo.app import Echo, Service
+from rankecho.echo.settings import Settings, SettingsError, settings_from_args
+from rankecho.echo.store.lock import StoreLockedError
 
 log = logging.getLogger("echo")
 GIL_SWITCH_INTERVAL_S = 0.0005
@@ -61,6 +61,6 @@ def _services(settings: Settings) -> list[Service]:
     """
     if settings.mcp_http is None:
         return []
-    from echo.mcp.http import McpHttpService
+    from rankecho.echo.mcp.http import McpHttpService
 
     return [McpHttpService(settings.mcp_http, settings.gpu_rates)]

@@ -12,7 +12,9 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-SUBCOMMAND_MODULES = ("echo.cli", "stress.cli", "agent.cli", "sim.cli")
+from rankecho import __version__
+
+SUBCOMMAND_MODULES = ("rankecho.echo.cli", "rankecho.stress.cli", "rankecho.agent.cli", "rankecho.sim.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rankecho",
         description="Find the GPU rank that stalls a distributed job when every host looks healthy.",
     )
+    parser.add_argument("--version", action="version", version=f"rankecho {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in SUBCOMMAND_MODULES:
         module = importlib.import_module(module_name)
@@ -31,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     if words[:1] == ["agent"] and "check" not in words:
         # Before anything heavy: an agent told to stop while it starts must still exit 0.
-        from agent import stopflag
+        from rankecho.agent import stopflag
 
         stopflag.install()
     parser = build_parser()

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from echo.report import text_table
+from rankecho.echo.report import text_table
 
 CLUSTER = "demo-cluster"
 NODES = ("node-a100", "node-h100")
@@ -41,7 +41,7 @@ def check(failures: list[str], ok: bool, what: str) -> None:
 def run_demo(workdir: Path, keep: Path | None) -> int:
     from bench.launch.echo import EchoProcess
     from bench.launch.stress import StressProcess, query_cli
-    from echo.queries import FANIN
+    from rankecho.echo.queries import FANIN
 
     db, token = workdir / "echo-fanin-demo.db", secrets.token_hex(16)
     started = time.monotonic()

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from echo.report import render_stragglers
+from rankecho.echo.report import render_stragglers
 
 SCENARIO = Path(__file__).resolve().parent.parent / "sim" / "scenarios" / "seed-rank5.yaml"
 SIM_LIB = Path(__file__).resolve().parent.parent / "sim" / "build" / "libnccl.so.2"
@@ -39,7 +39,7 @@ SKEW_MS = 40.0
 
 def missing_prerequisite() -> str | None:
     """Why this machine cannot run the eBPF part, or None when it can."""
-    from agent.check import ebpf_missing
+    from rankecho.agent.check import ebpf_missing
 
     missing = ebpf_missing()
     if missing:
@@ -87,7 +87,7 @@ async def investigate(mcp_url: str, token: str) -> dict[str, Any]:
 def run_straggler_demo(workdir: Path) -> int:
     from bench.launch.echo import EchoProcess
     from rankecho.demo import check
-    from sim.score import CAUSE_TO_FAULT, periods, predictions_from, score
+    from rankecho.sim.score import CAUSE_TO_FAULT, periods, predictions_from, score
 
     why_not = missing_prerequisite()
     if why_not:

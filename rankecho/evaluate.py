@@ -3,7 +3,7 @@ libraries, one real eBPF agent per node, a real Echo, then ``find_stragglers`` a
 
 Each scenario runs into its own Echo (in this process) and its own store; the diagnosis is asked twice:
 with ``min_late_ms`` = the scenario's threshold (the episodes it reports are scored against the truth's
-episodes of at least that lateness, see :mod:`sim.score`), and with no arguments at all (what a user
+episodes of at least that lateness, see :mod:`rankecho.sim.score`), and with no arguments at all (what a user
 gets by default: on a healthy scenario it must name nobody). Needs root, bcc and tracefs, like the
 agent. Usage::
 
@@ -23,15 +23,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from echo.app import Echo
-from echo.mcp.diagnosis import EPISODES_LIMIT
-from echo.mcp.rates import load_rates
-from echo.mcp.tools import Investigation
-from echo.settings import HostPort, Settings
-from sim.launcher import LaunchOptions, run_scenario
-from sim.procs import LaunchError
-from sim.scenario import Scenario, load_scenario
-from sim.score import Score, periods, predictions_from, score
+from rankecho.echo.app import Echo
+from rankecho.echo.mcp.diagnosis import EPISODES_LIMIT
+from rankecho.echo.mcp.rates import load_rates
+from rankecho.echo.mcp.tools import Investigation
+from rankecho.echo.settings import HostPort, Settings
+from rankecho.sim.launcher import LaunchOptions, run_scenario
+from rankecho.sim.procs import LaunchError
+from rankecho.sim.scenario import Scenario, load_scenario
+from rankecho.sim.score import Score, periods, predictions_from, score
 
 SCENARIO_SET = Path(__file__).resolve().parent.parent / "sim" / "scenarios" / "diagnosis"
 TARGETS = {"precision": 0.95, "recall": 0.95, "cause_accuracy": 0.90}

@@ -96,7 +96,10 @@ def copy_tree(dest: Path) -> None:
                             capture_output=True).stdout.decode().split("\0")
     for rel in filter(None, listed):
         src = ROOT / rel
-        if src.is_file():
+        if src.is_symlink():  # rankecho/echo -> ../echo: the copy imports its own (mutated) tree
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dest / rel).symlink_to(os.readlink(src))
+        elif src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
 

@@ -7,7 +7,7 @@ queries read ``json_extract_string(attrs_json, '$.causal_chain_id')`` and seed-s
 
 Usage::
 
-    from shared import contract as c
+    from rankecho.shared import contract as c
     resource = {c.CLUSTER_NAME: "demo", c.NODE_NAME: "node-a", c.RANK: 5, c.NRANKS: 8}
 """
 

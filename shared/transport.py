@@ -5,7 +5,7 @@ SDK exporter on purpose: it checks Echo against a client that is not ours).
 :class:`Target` says where and how (``host:port``, bearer token, TLS or plaintext with an optional client
 certificate, gzip); :class:`MetricsClient` makes one Export attempt with already-encoded request bytes
 (the agent's spool replays exact bytes) and reports an :class:`Outcome`, including the ``RetryInfo`` delay
-Echo asked for. Whether and when to resend is :mod:`shared.retry`'s decision. The channel reconnects
+Echo asked for. Whether and when to resend is :mod:`rankecho.shared.retry`'s decision. The channel reconnects
 100 ms to 1 s after a failure (gRPC's default backoff grows to minutes), so a restarted Echo is found
 within about a second. Usage::
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import grpc
 
-from shared.retryinfo import retry_delay_from
+from rankecho.shared.retryinfo import retry_delay_from
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024

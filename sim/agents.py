@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.procs import LaunchError, signals_blocked, stop_process, tail
-from sim.scenario import Node
+from rankecho.sim.procs import LaunchError, signals_blocked, stop_process, tail
+from rankecho.sim.scenario import Node
 
 READY_TIMEOUT_S = 60.0
 
@@ -65,7 +65,7 @@ def spawn_agent(spec: AgentSpec, node: Node, node_dir: Path, lib_dir: Path) -> A
     """Start the node's agent; a node's later agents (a restart) log to agent.2.log, agent.3.log, ...
 
     It starts with SIGTERM/SIGINT blocked (:func:`sim.procs.signals_blocked`): the agent unblocks them
-    once its stop handler is installed (``agent.stopflag.install``), so an early stop is a clean one.
+    once its stop handler is installed (``rankecho.agent.stopflag.install``), so an early stop is a clean one.
     Anything started in its place must do the same, or it only stops by SIGKILL after the grace time."""
     ready, log = node_dir / "agent.ready", node_dir / "agent.log"
     n = 1

@@ -42,9 +42,9 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     import sys
 
-    from sim.launcher import LaunchOptions, run_scenario
-    from sim.procs import LaunchError
-    from sim.scenario import ScenarioError, load_scenario
+    from rankecho.sim.launcher import LaunchOptions, run_scenario
+    from rankecho.sim.procs import LaunchError
+    from rankecho.sim.scenario import ScenarioError, load_scenario
 
     try:
         scenario = load_scenario(args.scenario)

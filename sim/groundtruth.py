@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.scenario import Scenario
+from rankecho.sim.scenario import Scenario
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """A simulated job driven by hand, for tests and benchmarks: the launcher's pieces without a scenario.
 
-``rankecho sim`` runs a whole scenario (:func:`sim.launcher.run_scenario`); agent tests and the agent
+``rankecho sim`` runs a whole scenario (:func:`rankecho.sim.launcher.run_scenario`); agent tests and the agent
 benchmark instead start agents and ranks themselves, with raw simrank options, to time what happens
 between them. Both copy libraries (:func:`sim.launcher.prepare_node_libs`), build the rank environment
 (:func:`sim.launcher.torch_env`) and start, wait for and stop agents (:mod:`sim.agents`) the same way, so
@@ -20,10 +20,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sim.agents import Agent, AgentSpec, spawn_agent, stop_agents, wait_ready
-from sim.launcher import SIM_ROOT, free_port, prepare_node_libs, torch_env
-from sim.procs import LaunchError
-from sim.scenario import Node
+from rankecho.sim.agents import Agent, AgentSpec, spawn_agent, stop_agents, wait_ready
+from rankecho.sim.launcher import SIM_ROOT, free_port, prepare_node_libs, torch_env
+from rankecho.sim.procs import LaunchError
+from rankecho.sim.scenario import Node
 
 
 @dataclass

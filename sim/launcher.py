@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from sim.agents import Agent, AgentSpec, start_agents, stop_agents
-from sim.groundtruth import build_ground_truth, rank_log_path, read_rank_logs
-from sim.procs import LaunchError, stop_process, tail
-from sim.scenario import Node, Scenario
+from rankecho.sim.agents import Agent, AgentSpec, start_agents, stop_agents
+from rankecho.sim.groundtruth import build_ground_truth, rank_log_path, read_rank_logs
+from rankecho.sim.procs import LaunchError, stop_process, tail
+from rankecho.sim.scenario import Node, Scenario
 
 SIM_ROOT = Path(__file__).resolve().parent
 LIB_NAMES = ("libcudart.so.12", "libnccl.so.2")

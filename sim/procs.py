@@ -39,7 +39,7 @@ def signals_blocked() -> Iterator[None]:
     """Block SIGTERM/SIGINT in this thread while a child is spawned: the child inherits the mask.
 
     An agent started this way cannot be killed by a stop sent before it installed its handler; it
-    unblocks them once the handler is in place (``agent.stopflag.install``), so the stop is delivered
+    unblocks them once the handler is in place (``rankecho.agent.stopflag.install``), so the stop is delivered
     then and the agent exits 0. This thread gets any signal that arrived meanwhile on leaving.
     """
     old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)

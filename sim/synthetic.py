@@ -22,8 +22,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from echo.queries import parse_named
-from echo.store.staging import backfill
+from rankecho.echo.queries import parse_named
+from rankecho.echo.store.staging import backfill
 
 STATEMENTS = parse_named((Path(__file__).resolve().parent / "synthetic.sql").read_text(encoding="utf-8"))
 EVENTS_PER_RANK_STEP = 16

@@ -1,4 +1,4 @@
-"""``rankecho stress``: argument parsing only; the work happens in :mod:`stress.runner`."""
+"""``rankecho stress``: argument parsing only; the work happens in :mod:`rankecho.stress.runner`."""
 
 from __future__ import annotations
 
@@ -66,10 +66,10 @@ def register(subparsers: Any) -> None:
 def _handle(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from shared.retry import RetryPolicy
-    from stress.planting import StressPlan
-    from stress.runner import StressConfig, run
-    from stress.senders import Target
+    from rankecho.shared.retry import RetryPolicy
+    from rankecho.stress.planting import StressPlan
+    from rankecho.stress.runner import StressConfig, run
+    from rankecho.stress.senders import Target
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
     step_ns = int(1e9 * args.producers / args.rate) if args.rate else 1_000_000

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from shared import contract
-from shared.otlp import AttrValue, Point, metrics_request
-from shared.wire import encode_request
-from stress.planting import StressEvent, StressPlan
+from rankecho.shared import contract
+from rankecho.shared.otlp import AttrValue, Point, metrics_request
+from rankecho.shared.wire import encode_request
+from rankecho.stress.planting import StressEvent, StressPlan
 
 SERVICE = "rankecho-stress"
 

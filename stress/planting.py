@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from shared import contract
+from rankecho.shared import contract
 
 STRAGGLER_THRESHOLD = 0.4
 """Planted stragglers score below this, healthy events never do (queries use ``value_double < 0.40``)."""

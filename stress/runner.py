@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
 
-from shared.retry import RetryPolicy, retry_delay
-from stress import encode
-from stress.planting import StressEvent, StressPlan
-from stress.senders import Outcome, Sender, Target, make_sender
+from rankecho.shared.retry import RetryPolicy, retry_delay
+from rankecho.stress import encode
+from rankecho.stress.planting import StressEvent, StressPlan
+from rankecho.stress.senders import Outcome, Sender, Target, make_sender
 
 SEND_TIMEOUT_S = 10.0
 PREBUILD_LIMIT = 2_000_000

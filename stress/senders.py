@@ -1,7 +1,7 @@
-"""Transports for the stress producers: ``raw`` (prebuilt bytes through :mod:`shared.transport`, the
+"""Transports for the stress producers: ``raw`` (prebuilt bytes through :mod:`rankecho.shared.transport`, the
 client the agent uses too) and ``sdk`` (OpenTelemetry's ``OTLPMetricExporter``). Each ``send`` makes one
-attempt and reports the outcome; the retry loop lives in :mod:`stress.runner`, the retry decision
-in :mod:`shared.retry`.
+attempt and reports the outcome; the retry loop lives in :mod:`rankecho.stress.runner`, the retry decision
+in :mod:`rankecho.shared.retry`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Protocol, cast
 
 import grpc
 
-from shared.retry import RETRYABLE
-from shared.transport import CHANNEL_OPTIONS, MetricsClient, Outcome, Target
-from stress import encode
-from stress.planting import StressEvent, StressPlan
+from rankecho.shared.retry import RETRYABLE
+from rankecho.shared.transport import CHANNEL_OPTIONS, MetricsClient, Outcome, Target
+from rankecho.stress import encode
+from rankecho.stress.planting import StressEvent, StressPlan
 
 __all__ = ["Outcome", "RawSender", "SdkSender", "Sender", "Target", "make_sender"]
 
@@ -31,7 +31,7 @@ class Sender(Protocol):
 
 class RawSender:
     """Sends already-serialized ``ExportMetricsServiceRequest`` bytes through rankecho's one OTLP client
-    (:class:`shared.transport.MetricsClient`): no per-send encoding cost."""
+    (:class:`rankecho.shared.transport.MetricsClient`): no per-send encoding cost."""
 
     def __init__(self, target: Target) -> None:
         self._client = MetricsClient(target)

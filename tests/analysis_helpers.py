@@ -6,7 +6,7 @@ from typing import Any
 
 import duckdb
 
-from echo.store.reader import Reader
+from rankecho.echo.store.reader import Reader
 
 
 def query(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:

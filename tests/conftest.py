@@ -15,8 +15,8 @@ import pytest
 from echo_helpers import TEST_TOKEN
 
 from bench.launch.echo import EchoProcess
-from echo.app import Echo
-from echo.settings import HostPort, Settings
+from rankecho.echo.app import Echo
+from rankecho.echo.settings import HostPort, Settings
 
 LOOPBACK_ANY_PORT = HostPort("127.0.0.1", 0)
 TMPFS_BYTES = 24 << 20
@@ -61,7 +61,7 @@ def inproc_echo(db_path: Path, **overrides: object) -> Iterator[Echo]:
 
 @pytest.fixture
 def echo_inproc(tmp_path: Path) -> Iterator[Echo]:
-    """A started in-process :class:`echo.app.Echo` on ``tmp_path/echo.db``.
+    """A started in-process :class:`rankecho.echo.app.Echo` on ``tmp_path/echo.db``.
 
     Use ``echo_inproc.grpc_address`` / ``.http_address`` ("127.0.0.1:PORT"), ``.reader.query(sql)``
     for reads on the same DuckDB instance, ``.stats`` for counters; the token is ``TEST_TOKEN``.

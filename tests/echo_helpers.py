@@ -21,9 +21,9 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
-from shared import contract as c
-from shared.otlp import Point, metrics_request
-from shared.retryinfo import retry_trailers
+from rankecho.shared import contract as c
+from rankecho.shared.otlp import Point, metrics_request
+from rankecho.shared.retryinfo import retry_trailers
 
 TEST_TOKEN = "test-token-0123456789"
 
@@ -213,7 +213,7 @@ class RestartableEcho:
     restarted pod, so producers reconnect to the same address (fault tests)."""
 
     def __init__(self, db: Path) -> None:
-        from echo.settings import HostPort, Settings
+        from rankecho.echo.settings import HostPort, Settings
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -228,7 +228,7 @@ class RestartableEcho:
 
     def up(self) -> float:
         """Start; returns the monotonic time Echo was listening again."""
-        from echo.app import Echo
+        from rankecho.echo.app import Echo
 
         self.echo = Echo(self.settings).start()
         return time.monotonic()

@@ -11,9 +11,9 @@ from typing import Any
 
 from test_agent_tracker import MS, STREAM, UID, Rank
 
-from agent.events import FN, CallRecord, InitRecord
-from agent.identity import short_hash, split_child_id, unaligned_comm_id, unique_id_hash
-from shared import contract as c
+from rankecho.agent.events import FN, CallRecord, InitRecord
+from rankecho.agent.identity import short_hash, split_child_id, unaligned_comm_id, unique_id_hash
+from rankecho.shared import contract as c
 
 NOCOLOR = 0xFFFFFFFF  # NCCL_SPLIT_NOCOLOR (-1) as the uint32 the probe reads
 

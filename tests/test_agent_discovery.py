@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from test_agent_helpers import sim_built
 
-from agent import check, discovery, probes, prologue
-from agent.events import FN, HEADER, INIT_SIZE, KIND, decode
-from agent.nvml import Nvml, gpu_for
+from rankecho.agent import check, discovery, probes, prologue
+from rankecho.agent.events import FN, HEADER, INIT_SIZE, KIND, decode
+from rankecho.agent.nvml import Nvml, gpu_for
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,10 +12,10 @@ import pytest
 from echo_helpers import ScriptedCollector, scripted_collector
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
-from agent.export import ExportConfig, Exporter, backoff_s, encode_batch, retryable
-from agent.spool import Spool
-from shared import contract as c
-from shared.otlp import Point
+from rankecho.agent.export import ExportConfig, Exporter, backoff_s, encode_batch, retryable
+from rankecho.agent.spool import Spool
+from rankecho.shared import contract as c
+from rankecho.shared.otlp import Point
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 A score that only reacted to slowdowns above some factor, a mean for a median, or a baseline window of
 the wrong length would pass a single 4.2x case; each test here pins one part of the formula, first on
-:mod:`agent.health` alone, then through the tracker on synthetic records (no root, no kernel).
+:mod:`rankecho.agent.health` alone, then through the tracker on synthetic records (no root, no kernel).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 from test_agent_tracker import MS, STREAM, Rank
 
-from agent.events import FN, OffCpuRecord
-from agent.health import HISTORY, MIN_HISTORY, StepHealth, score
-from shared import contract as c
+from rankecho.agent.events import FN, OffCpuRecord
+from rankecho.agent.health import HISTORY, MIN_HISTORY, StepHealth, score
+from rankecho.shared import contract as c
 
 BASE_MS = 90
 SLOWDOWNS = [0.5, 0.9, 1.0, 1.1, 1.5, 2.0, 3.0, 4.0, 4.2, 10.0]

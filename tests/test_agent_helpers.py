@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agent.check import ebpf_missing
+from rankecho.agent.check import ebpf_missing
 
 ROOT = Path(__file__).resolve().parent.parent
 SIM = ROOT / "sim"

@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agent.clock import ClockConverter
-from agent.events import FN, CallRecord, InitRecord
-from agent.identity import EnvIdentity, ProcessInfo
-from agent.journal import CommJournal
-from agent.tracker import Tracker
-from shared import contract as c
+from rankecho.agent.clock import ClockConverter
+from rankecho.agent.events import FN, CallRecord, InitRecord
+from rankecho.agent.identity import EnvIdentity, ProcessInfo
+from rankecho.agent.journal import CommJournal
+from rankecho.agent.tracker import Tracker
+from rankecho.shared import contract as c
 
 MS = 1_000_000
 UID = b"unique-id-of-the-world-comm".ljust(128, b"\0")

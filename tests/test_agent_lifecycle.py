@@ -18,8 +18,8 @@ from echo_helpers import TEST_TOKEN, row_dicts
 from test_agent_helpers import attrs, rank_pids, requires_ebpf, sim_built, step_lines
 
 from bench.launch.echo import EchoProcess
-from shared import contract as c
-from sim.job import SimJob, stop_all
+from rankecho.shared import contract as c
+from rankecho.sim.job import SimJob, stop_all
 
 pytestmark = [requires_ebpf, pytest.mark.ebpf]
 
@@ -203,7 +203,7 @@ def test_detach_all_closes_every_uprobe_and_they_stop_firing(tmp_path: Path) -> 
 
     from bcc import BPF
 
-    from agent.probes import detach_all
+    from rankecho.agent.probes import detach_all
 
     lib = tmp_path / "libcudart.so.12"
     shutil.copy2(sim_built() / "build" / "libcudart.so.12", lib)  # own inode: no other test's probes

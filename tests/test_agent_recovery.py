@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.export import Encoded, ExportConfig, Exporter, encode_batch
-from agent.spool import Spool
-from shared import contract as c
-from shared.otlp import Point
-from sim.launcher import free_port
+from rankecho.agent.export import Encoded, ExportConfig, Exporter, encode_batch
+from rankecho.agent.spool import Spool
+from rankecho.shared import contract as c
+from rankecho.shared.otlp import Point
+from rankecho.sim.launcher import free_port
 from tests.echo_helpers import TEST_TOKEN, RestartableEcho
 
 OUTAGE_S = 8.0
@@ -124,9 +124,9 @@ def test_spool_age_counts_from_the_oldest_request_even_after_adoption(tmp_path: 
 
 def test_summary_lists_nodes_whose_spool_still_holds_points(tmp_path: Path) -> None:
     """The agents' spool reports reach fleet.cluster.summary: only nodes whose latest report is not empty."""
-    from echo.mcp.rates import load_rates
-    from echo.mcp.tools import Investigation
-    from shared.otlp import metrics_request
+    from rankecho.echo.mcp.rates import load_rates
+    from rankecho.echo.mcp.tools import Investigation
+    from rankecho.shared.otlp import metrics_request
     from tests.echo_helpers import grpc_export
 
     t0 = time.time_ns()

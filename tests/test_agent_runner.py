@@ -7,11 +7,11 @@ from pathlib import Path
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from agent.events import FN, CallRecord, ExitRecord, InitRecord
-from agent.export import Encoded
-from agent.runner import Agent
-from agent.settings import Settings
-from shared import contract as c
+from rankecho.agent.events import FN, CallRecord, ExitRecord, InitRecord
+from rankecho.agent.export import Encoded
+from rankecho.agent.runner import Agent
+from rankecho.agent.settings import Settings
+from rankecho.shared import contract as c
 
 MS = 1_000_000
 UID = b"unique-id".ljust(128, b"\0")

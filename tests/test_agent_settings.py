@@ -9,12 +9,12 @@ import socket
 import pytest
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
-from agent import resource
-from agent.export import encode_batch
-from agent.settings import from_args
+from rankecho.agent import resource
+from rankecho.agent.export import encode_batch
+from rankecho.agent.settings import from_args
 from rankecho.cli import build_parser
-from shared import contract as c
-from shared.otlp import Point
+from rankecho.shared import contract as c
+from rankecho.shared.otlp import Point
 
 CHART_ENV = {  # what helm/rankecho's DaemonSet gives the agent, after Kubernetes expands $(VAR)
     "K8S_NODE_NAME": "gpu-node-7",

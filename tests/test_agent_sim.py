@@ -16,8 +16,8 @@ from conftest import inproc_echo
 from echo_helpers import TEST_TOKEN, row_dicts
 from test_agent_helpers import attrs, rank_pids, requires_ebpf, sim_built, step_lines
 
-from shared import contract as c
-from sim.job import SimJob, stop_all
+from rankecho.shared import contract as c
+from rankecho.sim.job import SimJob, stop_all
 
 pytestmark = [requires_ebpf, pytest.mark.ebpf]
 

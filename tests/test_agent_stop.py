@@ -17,9 +17,9 @@ from conftest import inproc_echo
 from echo_helpers import TEST_TOKEN
 from test_agent_helpers import requires_ebpf, sim_built
 
-from sim.agents import Agent, AgentSpec, spawn_agent
-from sim.launcher import prepare_node_libs
-from sim.scenario import Node
+from rankecho.sim.agents import Agent, AgentSpec, spawn_agent
+from rankecho.sim.launcher import prepare_node_libs
+from rankecho.sim.scenario import Node
 
 
 def _spawn(tmp: Path, endpoint: str, name: str) -> Agent:

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from agent.clock import ClockConverter, measure_offset
-from agent.events import FN, CallRecord, ExitRecord, InitRecord, OffCpuRecord
-from agent.health import StepHealth, score
-from agent.identity import (
+from rankecho.agent.clock import ClockConverter, measure_offset
+from rankecho.agent.events import FN, CallRecord, ExitRecord, InitRecord, OffCpuRecord
+from rankecho.agent.health import StepHealth, score
+from rankecho.agent.identity import (
     EnvIdentity,
     ProcessInfo,
     env_identity,
@@ -22,8 +22,8 @@ from agent.identity import (
     unaligned_comm_id,
     unique_id_hash,
 )
-from agent.tracker import Tracker
-from shared import contract as c
+from rankecho.agent.tracker import Tracker
+from rankecho.shared import contract as c
 
 MS = 1_000_000
 UID = b"unique-id-of-the-world-comm".ljust(128, b"\0")

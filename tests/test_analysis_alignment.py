@@ -11,8 +11,8 @@ import duckdb
 import pytest
 from analysis_helpers import late_steps, query
 
-from echo.store.migrate import migrate
-from sim.synthetic import SynFault, SynNode, SyntheticJob, write_job
+from rankecho.echo.store.migrate import migrate
+from rankecho.sim.synthetic import SynFault, SynNode, SyntheticJob, write_job
 
 STEP_MS = 45.0
 

@@ -8,7 +8,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from echo.queries import LAYERS
+from rankecho.echo.queries import LAYERS
 
 CLASSES = ("allocator", "slow_gpu", "memcpy", "cpu_contention", "sleeping", "host_compute")
 

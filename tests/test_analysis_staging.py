@@ -11,10 +11,10 @@ import pytest
 from conftest import local_settings
 from echo_helpers import TEST_TOKEN, grpc_export, rows
 
-from echo.app import Echo
-from echo.store.migrate import available, migrate
-from shared import contract as c
-from shared.otlp import Point, metrics_request
+from rankecho.echo.app import Echo
+from rankecho.echo.store.migrate import available, migrate
+from rankecho.shared import contract as c
+from rankecho.shared.otlp import Point, metrics_request
 
 T0 = 1_790_000_000_000_000_000  # 2026-09-21: Echo refuses times ahead of its clock
 RESOURCE = {c.CLUSTER_NAME: "c1", c.NODE_NAME: "node-a", c.RANK: 3, c.NRANKS: 8, c.PROCESS_PID: 4242,

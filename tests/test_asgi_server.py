@@ -14,8 +14,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from echo.ingest.asgi_server import AsgiServer, Limits
-from echo.settings import HostPort
+from rankecho.echo.ingest.asgi_server import AsgiServer, Limits
+from rankecho.echo.settings import HostPort
 
 
 async def hello(request: Request) -> PlainTextResponse:

@@ -6,8 +6,8 @@ import inspect
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from shared import contract
-from shared.otlp import Point, metrics_request
+from rankecho.shared import contract
+from rankecho.shared.otlp import Point, metrics_request
 
 
 def test_metrics_request_round_trips_through_bytes() -> None:
@@ -50,7 +50,7 @@ def test_causal_chain_id_is_the_communicator_and_sequence_only() -> None:
 
 
 def test_wire_encoder_parses_to_what_the_protobuf_builder_makes() -> None:
-    from shared.wire import encode_request
+    from rankecho.shared.wire import encode_request
 
     groups = [
         ({contract.NODE_NAME: "node-a", contract.RANK: 5, "flag": True, "ratio": 0.5}, [

@@ -12,7 +12,7 @@ import importlib
 import re
 from pathlib import Path
 
-from shared import contract
+from rankecho.shared import contract
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "contract.md"
@@ -39,7 +39,7 @@ def _code(cell: str) -> list[str]:
     return re.findall(r"`([^`]+)`", cell)
 
 
-WIRE_MODULES = ("shared.contract", "echo.ingest.keys")
+WIRE_MODULES = ("rankecho.shared.contract", "rankecho.echo.ingest.keys")
 
 
 def wire_constants() -> dict[str, str]:

@@ -19,13 +19,13 @@ from fastmcp import Client
 from fastmcp.exceptions import ToolError
 
 from bench.launch.echo import EchoProcess
-from echo.mcp.rates import load_rates
-from echo.mcp.server import build_server
-from echo.mcp.tools import Investigation
-from echo.report import render_stragglers
-from echo.store.migrate import migrate
-from echo.store.reader import Reader
-from sim.synthetic import SynFault, SynNode, SyntheticJob, write_job
+from rankecho.echo.mcp.rates import load_rates
+from rankecho.echo.mcp.server import build_server
+from rankecho.echo.mcp.tools import Investigation
+from rankecho.echo.report import render_stragglers
+from rankecho.echo.store.migrate import migrate
+from rankecho.echo.store.reader import Reader
+from rankecho.sim.synthetic import SynFault, SynNode, SyntheticJob, write_job
 
 REPO = Path(__file__).resolve().parent.parent
 STRAGGLER = SynFault(rank=5, ms=60, every=14, start_step=7)

@@ -15,7 +15,7 @@ from echo_helpers import TEST_TOKEN as TOKEN
 
 from bench.launch.echo import EchoProcess
 from bench.launch.stress import StressProcess
-from stress.planting import StressPlan
+from rankecho.stress.planting import StressPlan
 
 KILLS = 3
 

@@ -7,8 +7,8 @@ import httpx
 import pytest
 from echo_helpers import TEST_TOKEN, grpc_export, http_post, node_request
 
-from echo.app import Echo
-from echo.ingest.auth import TokenCheck
+from rankecho.echo.app import Echo
+from rankecho.echo.ingest.auth import TokenCheck
 
 
 @pytest.mark.parametrize("token", [None, "wrong-token", TEST_TOKEN + "x", TEST_TOKEN[:-1]])

@@ -17,8 +17,8 @@ from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExp
 from opentelemetry.sdk.metrics.export import MetricExportResult
 from test_echo_interop import sdk_metrics
 
-from echo.app import Echo
-from shared.retryinfo import RETRY_INFO_KEY, STATUS_DETAILS_KEY, retry_delay_from
+from rankecho.echo.app import Echo
+from rankecho.shared.retryinfo import RETRY_INFO_KEY, STATUS_DETAILS_KEY, retry_delay_from
 
 
 @pytest.fixture

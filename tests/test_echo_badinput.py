@@ -15,10 +15,10 @@ from conftest import local_settings
 from echo_helpers import TEST_TOKEN, count, grpc_export, http_post, node_request
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValueList
 
-from echo.app import Echo
-from echo.ingest import keys
-from shared import contract as c
-from shared.otlp import Point, metrics_request
+from rankecho.echo.app import Echo
+from rankecho.echo.ingest import keys
+from rankecho.shared import contract as c
+from rankecho.shared.otlp import Point, metrics_request
 
 METRICS_EXPORT = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
 SMALL_LIMIT = 64 * 1024

@@ -16,7 +16,7 @@ from conftest import local_settings
 from echo_helpers import TEST_TOKEN, node_request
 from google.rpc import status_pb2
 
-from echo.app import Echo
+from rankecho.echo.app import Echo
 
 SMALL_LIMIT = 64 * 1024
 AUTH = {"Authorization": f"Bearer {TEST_TOKEN}", "Content-Type": "application/x-protobuf"}

@@ -14,11 +14,11 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Histogram, HistogramDataPoint, Metric
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from echo.app import Echo
-from echo.ingest import keys
-from echo.queries import FANIN
-from shared import contract as c
-from shared.otlp import Point, any_value, key_values, metrics_request
+from rankecho.echo.app import Echo
+from rankecho.echo.ingest import keys
+from rankecho.echo.queries import FANIN
+from rankecho.shared import contract as c
+from rankecho.shared.otlp import Point, any_value, key_values, metrics_request
 
 
 def test_semconv_and_plain_keys_map_to_columns_resource_wins_and_conflicts_are_kept_and_counted(

@@ -21,10 +21,10 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from echo.app import Echo
-from echo.ingest import keys
-from echo.queries import FANIN
-from shared import contract as c
+from rankecho.echo.app import Echo
+from rankecho.echo.ingest import keys
+from rankecho.echo.queries import FANIN
+from rankecho.shared import contract as c
 
 
 def sdk_metrics(node: str, stamps: list[int]) -> MetricsData:

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from echo_helpers import TEST_TOKEN, grpc_export, node_request
 
-from echo.app import Echo
-from echo.guard import Refused
-from echo.query_cmd import run_query
-from echo.store.reader import QueryError, QueryTimeoutError, Reader
+from rankecho.echo.app import Echo
+from rankecho.echo.guard import Refused
+from rankecho.echo.query_cmd import run_query
+from rankecho.echo.store.reader import QueryError, QueryTimeoutError, Reader
 
 
 @pytest.fixture

@@ -20,9 +20,9 @@ import pytest
 from echo_helpers import TEST_TOKEN, grpc_export, node_request, wait_until
 
 from bench.launch.echo import EchoProcess
-from echo.store.lock import StoreLock, StoreLockedError, is_locked
-from shared import contract as c
-from shared.otlp import Point, metrics_request
+from rankecho.echo.store.lock import StoreLock, StoreLockedError, is_locked
+from rankecho.shared import contract as c
+from rankecho.shared.otlp import Point, metrics_request
 
 RANKECHO = [sys.executable, "-m", "rankecho"]
 

@@ -10,10 +10,10 @@ import httpx
 import pytest
 from echo_helpers import TEST_TOKEN, grpc_export, node_request
 
-from echo.app import Echo
-from echo.ingest.rows import ARROW_SCHEMA
-from echo.store.lock import StoreLock, StoreLockedError, is_locked
-from echo.store.migrate import SchemaTooNewError, available, migrate
+from rankecho.echo.app import Echo
+from rankecho.echo.ingest.rows import ARROW_SCHEMA
+from rankecho.echo.store.lock import StoreLock, StoreLockedError, is_locked
+from rankecho.echo.store.migrate import SchemaTooNewError, available, migrate
 
 
 def test_migrations_apply_once_in_order_and_record_the_version(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from conftest import local_settings
 from echo_helpers import TEST_TOKEN, node_request, self_signed
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
 
-from echo.app import Echo
+from rankecho.echo.app import Echo
 
 
 def test_tls_on_grpc_and_http(tmp_path: Path) -> None:

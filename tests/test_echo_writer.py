@@ -9,10 +9,10 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from echo.ingest.rows import ARROW_SCHEMA
-from echo.ops import Stats
-from echo.store.migrate import migrate
-from echo.store.writer import QueueFullError, Writer, WriterClosedError
+from rankecho.echo.ingest.rows import ARROW_SCHEMA
+from rankecho.echo.ops import Stats
+from rankecho.echo.store.migrate import migrate
+from rankecho.echo.store.writer import QueueFullError, Writer, WriterClosedError
 
 
 def table(ids: list[str], metric_name: str | None = "m") -> pa.Table:

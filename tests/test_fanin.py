@@ -20,7 +20,7 @@ from echo_helpers import TEST_TOKEN as TOKEN
 
 from bench.launch.echo import EchoProcess
 from bench.launch.stress import StressProcess
-from echo.queries import FANIN
+from rankecho.echo.queries import FANIN
 
 KEEP_DB_DEFAULT = Path("/tmp/echo-fanin-demo.db")
 

@@ -19,9 +19,9 @@ import pytest
 from echo_helpers import TEST_TOKEN, RestartableEcho, row_dicts
 from test_agent_helpers import requires_ebpf, sim_built
 
-from echo.app import Echo
-from shared import contract as c
-from sim.job import SimJob, stop_all
+from rankecho.echo.app import Echo
+from rankecho.shared import contract as c
+from rankecho.sim.job import SimJob, stop_all
 
 pytestmark = [requires_ebpf, pytest.mark.ebpf, pytest.mark.slow]
 

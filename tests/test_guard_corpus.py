@@ -19,14 +19,14 @@ import duckdb
 import pytest
 from guard_corpus.corpus import build_store, fingerprint, load
 
-from echo.guard import Refused, check_sql, project_policy
-from echo.guard.lexical import check_lexical
-from echo.guard.parsed import check_parsed
-from echo.mcp.rates import load_rates
-from echo.mcp.sanitize import json_safe
-from echo.mcp.tools import Investigation, InvestigationError, Limits
-from echo.sandbox import Sandbox, SandboxLimits
-from echo.store.reader import Reader
+from rankecho.echo.guard import Refused, check_sql, project_policy
+from rankecho.echo.guard.lexical import check_lexical
+from rankecho.echo.guard.parsed import check_parsed
+from rankecho.echo.mcp.rates import load_rates
+from rankecho.echo.mcp.sanitize import json_safe
+from rankecho.echo.mcp.tools import Investigation, InvestigationError, Limits
+from rankecho.echo.sandbox import Sandbox, SandboxLimits
+from rankecho.echo.store.reader import Reader
 
 HOSTILE = load("hostile")
 LEGIT = load("legit")

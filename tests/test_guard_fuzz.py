@@ -17,8 +17,8 @@ from guard_corpus.corpus import build_store, fingerprint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from echo.guard import Refused, check_sql
-from echo.store.reader import QueryError, QueryTimeoutError, Reader
+from rankecho.echo.guard import Refused, check_sql
+from rankecho.echo.store.reader import QueryError, QueryTimeoutError, Reader
 
 FRAGMENTS = [
     "SELECT",

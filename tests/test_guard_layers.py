@@ -1,7 +1,7 @@
 """Each guard layer alone against the whole hostile corpus (issue 13): none relies on another.
 
-- lexical only (:func:`echo.guard.lexical.check_lexical`),
-- parser/AST only (:func:`echo.guard.parsed.check_parsed`, on the raw text, no lexical pass first),
+- lexical only (:func:`rankecho.echo.guard.lexical.check_lexical`),
+- parser/AST only (:func:`rankecho.echo.guard.parsed.check_parsed`, on the raw text, no lexical pass first),
 - sealed read-only execution only (an analysis worker, :class:`echo.sandbox.Sandbox`, with a gate that
   lets everything through).
 
@@ -23,11 +23,11 @@ import duckdb
 import pytest
 from guard_corpus.corpus import build_store, fingerprint, load
 
-from echo.guard import Refused, project_policy
-from echo.guard.lexical import check_lexical
-from echo.guard.parsed import check_parsed
-from echo.sandbox import Sandbox, SandboxLimits
-from echo.store.reader import QueryError, QueryTimeoutError
+from rankecho.echo.guard import Refused, project_policy
+from rankecho.echo.guard.lexical import check_lexical
+from rankecho.echo.guard.parsed import check_parsed
+from rankecho.echo.sandbox import Sandbox, SandboxLimits
+from rankecho.echo.store.reader import QueryError, QueryTimeoutError
 
 HOSTILE = load("hostile")
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from echo.guard import Refused, project_policy
-from echo.guard.parsed import _walk, check_parsed, serialize
+from rankecho.echo.guard import Refused, project_policy
+from rankecho.echo.guard.parsed import _walk, check_parsed, serialize
 
 
 def _node(sql: str) -> dict[str, Any]:
@@ -54,9 +54,9 @@ def test_cte_names_are_scoped_to_their_subtree() -> None:
 
 
 def test_remembered_decisions_match_fresh_ones() -> None:
-    from echo.guard import check_sql
-    from echo.guard.check import check_sql_uncached, clear_guard_cache
-    from echo.guard.policy import Policy
+    from rankecho.echo.guard import check_sql
+    from rankecho.echo.guard.check import check_sql_uncached, clear_guard_cache
+    from rankecho.echo.guard.policy import Policy
 
     clear_guard_cache()
     allowed = "SELECT node_id, count(*) FROM events GROUP BY 1"

@@ -19,15 +19,21 @@ from typing import Any
 import duckdb
 import pytest
 
-from echo.guard import Policy, Refused, check_sql, project_policy
-from echo.guard.check import check_sql_uncached
-from echo.guard.instance import open_sealed, seal
-from echo.guard.lexical import MAX_QUERY_CHARS, _invisible, _quoted_source, blank_literals, check_lexical
-from echo.guard.limits import _apply, _arguments, _count, check_sizes, number, range_size
-from echo.guard.parsed import _parser, _safe, _walk, check_parsed, serialize
-from echo.guard.pivot import static_twin
-from echo.guard.policy import DEFAULT_TABLE_FUNCTIONS, is_denied
-from echo.guard.refusal import ALLOWED, safe_message
+from rankecho.echo.guard import Policy, Refused, check_sql, project_policy
+from rankecho.echo.guard.check import check_sql_uncached
+from rankecho.echo.guard.instance import open_sealed, seal
+from rankecho.echo.guard.lexical import (
+    MAX_QUERY_CHARS,
+    _invisible,
+    _quoted_source,
+    blank_literals,
+    check_lexical,
+)
+from rankecho.echo.guard.limits import _apply, _arguments, _count, check_sizes, number, range_size
+from rankecho.echo.guard.parsed import _parser, _safe, _walk, check_parsed, serialize
+from rankecho.echo.guard.pivot import static_twin
+from rankecho.echo.guard.policy import DEFAULT_TABLE_FUNCTIONS, is_denied
+from rankecho.echo.guard.refusal import ALLOWED, safe_message
 
 POLICY = project_policy()
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from echo.app import Echo
-from echo.settings import HostPort, Settings
+from rankecho.echo.app import Echo
+from rankecho.echo.settings import HostPort, Settings
 from tests.echo_helpers import TEST_TOKEN, http_post, node_request
 
 CAP = 8

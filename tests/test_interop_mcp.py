@@ -17,10 +17,10 @@ from interop_clients import inspector_command, run_client
 from test_mcp_tools import TOOLS
 
 from bench.launch.echo import EchoProcess
-from echo.ingest.rows import ARROW_SCHEMA
-from echo.mcp.http import UNAUTHORIZED_MESSAGE
-from shared import contract as c
-from shared.otlp import Point, metrics_request
+from rankecho.echo.ingest.rows import ARROW_SCHEMA
+from rankecho.echo.mcp.http import UNAUTHORIZED_MESSAGE
+from rankecho.shared import contract as c
+from rankecho.shared.otlp import Point, metrics_request
 
 START_NS = 1_796_221_800_000_000_000  # 2026-12-02T14:30:00Z
 STEP_NS = 10**9

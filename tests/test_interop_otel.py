@@ -16,8 +16,8 @@ import pytest
 from echo_helpers import TEST_TOKEN
 from interop_clients import JS_EXPORT, PYTHON_EXPORT, run_client, system_node
 
-from echo.app import Echo
-from echo.ingest import keys
+from rankecho.echo.app import Echo
+from rankecho.echo.ingest import keys
 
 CASES = [
     ("js", "grpc", "none"), ("js", "grpc", "gzip"),

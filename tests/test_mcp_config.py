@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from echo_helpers import TEST_TOKEN
 
-from echo.mcp.rates import BUNDLED_RATES, RatesError, load_rates
-from echo.mcp.windows import Anchor, Window, WindowError, parse_window
+from rankecho.echo.mcp.rates import BUNDLED_RATES, RatesError, load_rates
+from rankecho.echo.mcp.windows import Anchor, Window, WindowError, parse_window
 
 DAY_NS = 1_796_169_600_000_000_000  # 2026-12-02T00:00:00Z
 LATEST_NS = DAY_NS + 52_200 * 10**9  # newest event at 14:30:00

@@ -28,8 +28,8 @@ from test_mcp_tools import TOOLS
 
 from bench.launch.echo import EchoProcess
 from bench.launch.stress import StressProcess
-from echo.queries import seed_examples
-from stress.planting import StressPlan
+from rankecho.echo.queries import seed_examples
+from rankecho.stress.planting import StressPlan
 
 START_NS = 1_796_221_800_000_000_000  # 2026-12-02T14:30:00Z
 STEP_NS = 1_000_000  # the stress tool's default spacing: 1 ms

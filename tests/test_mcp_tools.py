@@ -17,13 +17,13 @@ from fastmcp import Client
 from fastmcp.exceptions import ToolError
 from guard_corpus.corpus import ROWS, START_NS, STEP_NS, build_store
 
-from echo.guard.instance import seal
-from echo.mcp.rates import load_rates
-from echo.mcp.sanitize import MAX_TEXT
-from echo.mcp.server import build_server
-from echo.mcp.tools import Investigation, Limits
-from echo.store.migrate import migrate
-from echo.store.reader import Reader
+from rankecho.echo.guard.instance import seal
+from rankecho.echo.mcp.rates import load_rates
+from rankecho.echo.mcp.sanitize import MAX_TEXT
+from rankecho.echo.mcp.server import build_server
+from rankecho.echo.mcp.tools import Investigation, Limits
+from rankecho.echo.store.migrate import migrate
+from rankecho.echo.store.reader import Reader
 
 TOOLS = {
     "fleet.cluster.summary",

@@ -22,9 +22,9 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from echo.app import Echo
-from echo.ingest import keys
-from shared.otlp import key_values
+from rankecho.echo.app import Echo
+from rankecho.echo.ingest import keys
+from rankecho.shared.otlp import key_values
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "contract.md"
 REQUESTS = (ExportMetricsServiceRequest, ExportTraceServiceRequest, ExportLogsServiceRequest)

@@ -19,11 +19,11 @@ from conftest import local_settings
 from echo_helpers import TEST_TOKEN, grpc_export, node_request
 from guard_corpus.corpus import build_store
 
-from echo.app import Echo
-from echo.guard import Refused
-from echo.sandbox import Sandbox, SandboxLimits
-from echo.store.reader import QueryBusyError, QueryResourceError, QueryTimeoutError
-from echo.store.snapshot import Snapshots
+from rankecho.echo.app import Echo
+from rankecho.echo.guard import Refused
+from rankecho.echo.sandbox import Sandbox, SandboxLimits
+from rankecho.echo.store.reader import QueryBusyError, QueryResourceError, QueryTimeoutError
+from rankecho.echo.store.snapshot import Snapshots
 
 CAP = 384 << 20
 SLOW = "SELECT sum(hash(a.range * b.range)) FROM range(100000) a, range(100000) b"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.abi import Dim3, UniqueId
-from sim.launcher import SIM_ROOT, build_libs
+from rankecho.sim.abi import Dim3, UniqueId
+from rankecho.sim.launcher import SIM_ROOT, build_libs
 
 BUILD = SIM_ROOT / "build"
 CUDA_NAMES = [

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from sim.launcher import SIM_ROOT, build_libs
+from rankecho.sim.launcher import SIM_ROOT, build_libs
 
 WORKER = r"""
 import ctypes, json, os, sys, time
 from pathlib import Path
-from sim.abi import UniqueId
+from rankecho.sim.abi import UniqueId
 C = ctypes
 build, plan, xdir = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

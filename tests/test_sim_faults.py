@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from sim.groundtruth import RankLog, read_rank_logs
-from sim.launcher import LaunchOptions, RunResult, run_scenario
-from sim.observe import Sampler, Window, read_thread
-from sim.scenario import parse_scenario
+from rankecho.sim.groundtruth import RankLog, read_rank_logs
+from rankecho.sim.launcher import LaunchOptions, RunResult, run_scenario
+from rankecho.sim.observe import Sampler, Window, read_thread
+from rankecho.sim.scenario import parse_scenario
 
 PPOLL, FUTEX, CLOCK_NANOSLEEP = 271, 202, 230
 MS = 150.0

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from sim.groundtruth import read_rank_logs
-from sim.launcher import LaunchOptions, run_scenario
-from sim.scenario import ScenarioError, load_scenario, parse_scenario
+from rankecho.sim.groundtruth import read_rank_logs
+from rankecho.sim.launcher import LaunchOptions, run_scenario
+from rankecho.sim.scenario import ScenarioError, load_scenario, parse_scenario
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_AGENT = """#!{python}

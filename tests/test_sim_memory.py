@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sim.groundtruth import read_rank_logs
-from sim.launcher import LaunchOptions, run_scenario
-from sim.scenario import load_scenario, parse_scenario
+from rankecho.sim.groundtruth import read_rank_logs
+from rankecho.sim.launcher import LaunchOptions, run_scenario
+from rankecho.sim.scenario import load_scenario, parse_scenario
 
 SEED = Path(__file__).resolve().parent.parent / "sim" / "scenarios" / "seed-rank5.yaml"
 

@@ -6,9 +6,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from sim.groundtruth import read_rank_logs
-from sim.launcher import LaunchOptions, run_scenario
-from sim.scenario import parse_scenario
+from rankecho.sim.groundtruth import read_rank_logs
+from rankecho.sim.launcher import LaunchOptions, run_scenario
+from rankecho.sim.scenario import parse_scenario
 
 SHORT_STEP = {
     "compute_ms": 8,

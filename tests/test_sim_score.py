@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.score import injected_stragglers, periods, predictions_from, score, unobserved
+from rankecho.sim.score import injected_stragglers, periods, predictions_from, score, unobserved
 
 
 def truth_with(
@@ -134,8 +134,8 @@ def test_steps_no_agent_watched_are_not_counted_as_misses() -> None:
 
 
 def test_the_truth_measures_lateness_against_the_ranks_no_fault_struck() -> None:
-    from sim.groundtruth import RankLog, StepRecord, build_ground_truth
-    from sim.scenario import parse_scenario
+    from rankecho.sim.groundtruth import RankLog, StepRecord, build_ground_truth
+    from rankecho.sim.scenario import parse_scenario
 
     scenario = parse_scenario({"cluster_id": "c", "nodes": [{"id": "a", "ranks": 2}, {"id": "b", "ranks": 2}],
                                "faults": [{"node": "b", "kind": "host_compute", "ms": 80}]})  # fmt: skip

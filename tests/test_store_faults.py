@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 from bench.launch.echo import EchoProcess
-from echo.app import Echo
-from echo.settings import HostPort, Settings
-from echo.store.condition import cause_of
+from rankecho.echo.app import Echo
+from rankecho.echo.settings import HostPort, Settings
+from rankecho.echo.store.condition import cause_of
 from tests.echo_helpers import TEST_TOKEN, disk_filled, grpc_export, node_request
 
 
@@ -45,7 +45,7 @@ def count(echo: Echo) -> int:
 def test_a_failed_commit_reports_its_cause_not_the_rollbacks_error(tmp_path: Path) -> None:
     """The ROLLBACK after a failed COMMIT raises "no transaction is active"; that must not be the
     message anyone sees (found: clients and logs saw only it)."""
-    from echo.store.writer import rollback
+    from rankecho.echo.store.writer import rollback
 
     con = duckdb.connect(str(tmp_path / "r.db"))
     con.execute("BEGIN TRANSACTION")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench.launch.echo import EchoProcess
-from echo.store.lock import StoreLock, StoreLockedError, is_locked, read_holder
+from rankecho.echo.store.lock import StoreLock, StoreLockedError, is_locked, read_holder
 from tests.echo_helpers import TEST_TOKEN
 
 

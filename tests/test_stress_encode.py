@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from shared import contract
-from stress import encode
-from stress.planting import StressPlan
+from rankecho.shared import contract
+from rankecho.stress import encode
+from rankecho.stress.planting import StressPlan
 
 
 def parsed(data: bytes) -> ExportMetricsServiceRequest:
@@ -57,8 +57,8 @@ def test_sdk_metrics_hold_the_same_points_as_the_raw_request() -> None:
 
 
 def test_prepare_covers_each_block_once_and_prebuilds_within_the_limit() -> None:
-    from stress.runner import StressConfig, prepare
-    from stress.senders import Target
+    from rankecho.stress.runner import StressConfig, prepare
+    from rankecho.stress.senders import Target
 
     plan = StressPlan("c", "n", producers=3, events_per_producer=1050)
     cfg = StressConfig(plan, Target("unused:0"), client="raw", batch=500)

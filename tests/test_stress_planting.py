@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stress.planting import STRAGGLER_THRESHOLD, StressPlan
+from rankecho.stress.planting import STRAGGLER_THRESHOLD, StressPlan
 
 
 def recount(plan: StressPlan) -> tuple[int, int, dict[str, int]]:

@@ -12,11 +12,11 @@ import grpc
 import pytest
 from echo_helpers import ScriptedCollector, scripted_collector
 
-from shared.retry import RetryPolicy, retry_delay
-from shared.retryinfo import RETRY_INFO_KEY, STATUS_DETAILS_KEY, retry_delay_from, retry_trailers
-from stress.planting import StressPlan
-from stress.runner import StressConfig, run
-from stress.senders import Target
+from rankecho.shared.retry import RetryPolicy, retry_delay
+from rankecho.shared.retryinfo import RETRY_INFO_KEY, STATUS_DETAILS_KEY, retry_delay_from, retry_trailers
+from rankecho.stress.planting import StressPlan
+from rankecho.stress.runner import StressConfig, run
+from rankecho.stress.senders import Target
 
 
 def test_non_retryable_codes_give_up_at_once() -> None:

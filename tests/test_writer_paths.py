@@ -21,12 +21,12 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-import echo.store.writer as writer_module
-from echo.ops import Stats
-from echo.settings import Settings
-from echo.store.condition import FIXES, checkpoint_room
-from echo.store.migrate import migrate
-from echo.store.writer import (
+import rankecho.echo.store.writer as writer_module
+from rankecho.echo.ops import Stats
+from rankecho.echo.settings import Settings
+from rankecho.echo.store.condition import FIXES, checkpoint_room
+from rankecho.echo.store.migrate import migrate
+from rankecho.echo.store.writer import (
     QueueFullError,
     StoreError,
     Writer,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stress.planting import StressPlan
+from rankecho.stress.planting import StressPlan
 
 
 @dataclass

@@ -13,11 +13,11 @@ import functools
 import re
 from pathlib import Path
 
-from echo.guard.lexical import check_lexical
-from echo.guard.parsed import check_parsed
-from echo.guard.policy import Policy
-from echo.guard.refusal import Refused
-from echo.queries import LAYERS
+from rankecho.echo.guard.lexical import check_lexical
+from rankecho.echo.guard.parsed import check_parsed
+from rankecho.echo.guard.policy import Policy
+from rankecho.echo.guard.refusal import Refused
+from rankecho.echo.queries import LAYERS
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 _TABLE_MACRO = re.compile(r"\bAS\s+TABLE\b", re.IGNORECASE)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from echo.guard.refusal import Refused
+from rankecho.echo.guard.refusal import Refused
 
 MAX_QUERY_CHARS = 20_000
 

@@ -1,6 +1,6 @@
 """Guard-side size limits: refuse, before anything runs, constants that ask for huge lists or strings.
 
-This is an extra layer in front of the analysis worker's hard memory cap (:mod:`echo.sandbox`): a
+This is an extra layer in front of the analysis worker's hard memory cap (:mod:`rankecho.echo.sandbox`): a
 query such as ``SELECT len(range(1000000000))`` or ``repeat('x', 1000000000)`` would only be stopped
 there after allocating up to the cap; here it is refused at once with a message that says what to
 change. Only sizes written as constants (or constant arithmetic) are decided here; sizes computed from
@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from echo.guard.refusal import Refused
+from rankecho.echo.guard.refusal import Refused
 
 MAX_RANGE_ROWS = 10_000_000
 """Most values range()/generate_series() may produce (as a table or a list)."""

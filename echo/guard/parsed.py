@@ -21,10 +21,10 @@ from typing import Any
 
 import duckdb
 
-from echo.guard.limits import check_sizes
-from echo.guard.pivot import static_twin
-from echo.guard.policy import IDENTIFIER, Policy
-from echo.guard.refusal import Refused
+from rankecho.echo.guard.limits import check_sizes
+from rankecho.echo.guard.pivot import static_twin
+from rankecho.echo.guard.policy import IDENTIFIER, Policy
+from rankecho.echo.guard.refusal import Refused
 
 QUERY_NODES = frozenset({"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE"})
 TABLE_REFS = frozenset(

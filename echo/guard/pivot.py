@@ -15,7 +15,7 @@ Usage::
 
 from __future__ import annotations
 
-from echo.guard.lexical import TOKEN
+from rankecho.echo.guard.lexical import TOKEN
 
 _END_OF_ON = frozenset({"using", "group", "order", "limit", "offset", "qualify", "where", "having"})
 

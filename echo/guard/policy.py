@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from echo.guard.refusal import ALLOWED
+from rankecho.echo.guard.refusal import ALLOWED
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

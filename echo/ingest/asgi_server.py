@@ -34,7 +34,7 @@ import uvicorn
 from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from echo.settings import HostPort
+from rankecho.echo.settings import HostPort
 
 log = logging.getLogger(__name__)
 

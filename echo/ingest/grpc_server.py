@@ -14,10 +14,19 @@ from typing import Any
 
 import grpc
 
-from echo.ingest.auth import UNAUTHENTICATED_MESSAGE, TokenCheck
-from echo.ingest.service import BUSY, INVALID, SIGNALS, TOO_LARGE, UNAVAILABLE, Ingest, IngestError, Signal
-from echo.settings import HostPort
-from shared.retryinfo import retry_trailers
+from rankecho.echo.ingest.auth import UNAUTHENTICATED_MESSAGE, TokenCheck
+from rankecho.echo.ingest.service import (
+    BUSY,
+    INVALID,
+    SIGNALS,
+    TOO_LARGE,
+    UNAVAILABLE,
+    Ingest,
+    IngestError,
+    Signal,
+)
+from rankecho.echo.settings import HostPort
+from rankecho.shared.retryinfo import retry_trailers
 
 log = logging.getLogger(__name__)
 

@@ -31,11 +31,11 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from echo.ingest.asgi_server import DEFAULT_LIMITS, AsgiServer, Limits
-from echo.ingest.auth import UNAUTHENTICATED_MESSAGE, TokenCheck
-from echo.ingest.body import BodyError, inflate, read_capped, too_large
-from echo.ingest.otlp_json import JsonBodyError, parse_json, to_json
-from echo.ingest.service import (
+from rankecho.echo.ingest.asgi_server import DEFAULT_LIMITS, AsgiServer, Limits
+from rankecho.echo.ingest.auth import UNAUTHENTICATED_MESSAGE, TokenCheck
+from rankecho.echo.ingest.body import BodyError, inflate, read_capped, too_large
+from rankecho.echo.ingest.otlp_json import JsonBodyError, parse_json, to_json
+from rankecho.echo.ingest.service import (
     BUSY,
     INVALID,
     SIGNALS,
@@ -46,7 +46,7 @@ from echo.ingest.service import (
     IngestError,
     Signal,
 )  # fmt: skip
-from echo.settings import HostPort
+from rankecho.echo.settings import HostPort
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"

@@ -12,9 +12,9 @@ from typing import Any
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
-from echo.ingest import keys as c
-from echo.ingest.rows import AttrResolver, RowBatch, content_id
-from echo.ingest.values import point_pairs, to_python, walk
+from rankecho.echo.ingest import keys as c
+from rankecho.echo.ingest.rows import AttrResolver, RowBatch, content_id
+from rankecho.echo.ingest.values import point_pairs, to_python, walk
 
 SIGNAL = "log"
 MAX_NAME_CHARS = 200

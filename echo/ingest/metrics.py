@@ -16,9 +16,9 @@ from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from echo.ingest import keys as c
-from echo.ingest.rows import MIN_TIMESTAMP_NS, AttrResolver, RowBatch, content_id
-from echo.ingest.values import Scoped, nonfinite_name, pairs, point_pairs, walk
+from rankecho.echo.ingest import keys as c
+from rankecho.echo.ingest.rows import MIN_TIMESTAMP_NS, AttrResolver, RowBatch, content_id
+from rankecho.echo.ingest.values import Scoped, nonfinite_name, pairs, point_pairs, walk
 
 SIGNAL = "metric"
 TEMPORALITY = {1: "delta", 2: "cumulative"}

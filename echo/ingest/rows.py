@@ -2,7 +2,7 @@
 
 Decoders (``metrics.py``, ``traces.py``, ``logs.py``) walk one OTLP request and call
 :meth:`RowBatch.add` once per data point / span / log record. Column mapping comes only from
-``shared.contract``: the resource identifies the process, so its attributes fill a column first and a
+``rankecho.shared.contract``: the resource identifies the process, so its attributes fill a column first and a
 point attribute fills it only when the resource has no usable value; a point value that disagrees
 stays in ``attrs_json`` and is counted as a conflict for that column. Keys consumed into a column leave
 ``attrs_json``, ``causal_chain_id`` is copied to its column and stays in ``attrs_json``.
@@ -23,8 +23,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from echo.ingest import keys
-from shared import contract as c
+from rankecho.echo.ingest import keys
+from rankecho.shared import contract as c
 
 ARROW_SCHEMA = pa.schema(
     [

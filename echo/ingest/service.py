@@ -24,13 +24,13 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2 as logs_svc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as metrics_svc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as trace_svc
 
-from echo.ingest.logs import decode_logs
-from echo.ingest.metrics import decode_metrics
-from echo.ingest.rows import AttrResolver, RowBatch
-from echo.ingest.traces import decode_traces
-from echo.ops import Stats
-from echo.settings import Settings
-from echo.store.writer import DATA_ERRORS, QueueFullError, StoreError, Writer, WriterClosedError
+from rankecho.echo.ingest.logs import decode_logs
+from rankecho.echo.ingest.metrics import decode_metrics
+from rankecho.echo.ingest.rows import AttrResolver, RowBatch
+from rankecho.echo.ingest.traces import decode_traces
+from rankecho.echo.ops import Stats
+from rankecho.echo.settings import Settings
+from rankecho.echo.store.writer import DATA_ERRORS, QueueFullError, StoreError, Writer, WriterClosedError
 
 # Edge-independent failure kinds (each edge maps them to a status code).
 INVALID = "invalid"

@@ -11,9 +11,9 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from echo.ingest import keys as c
-from echo.ingest.rows import AttrResolver, RowBatch, content_id
-from echo.ingest.values import pairs, point_pairs, walk
+from rankecho.echo.ingest import keys as c
+from rankecho.echo.ingest.rows import AttrResolver, RowBatch, content_id
+from rankecho.echo.ingest.values import pairs, point_pairs, walk
 
 SIGNAL = "span"
 

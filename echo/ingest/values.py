@@ -15,8 +15,8 @@ from typing import Any
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from echo.ingest import keys
-from shared.contract import EVENT_ID
+from rankecho.echo.ingest import keys
+from rankecho.shared.contract import EVENT_ID
 
 MAX_DEPTH = 8
 TOO_DEEP = "<nested deeper than 8 levels: dropped by Echo>"

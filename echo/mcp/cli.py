@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from echo.settings import QUERY_MEMORY_LIMIT
+from rankecho.echo.settings import QUERY_MEMORY_LIMIT
 
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -44,14 +44,14 @@ def register(subparsers: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     import duckdb
 
-    from echo.guard.instance import open_sealed
-    from echo.mcp.rates import RatesError, load_rates
-    from echo.mcp.server import build_server
-    from echo.mcp.tools import Investigation, Limits
-    from echo.sandbox import Sandbox, SandboxLimits
-    from echo.settings import SettingsError, gpu_rates_path, memory_limit_bytes
-    from echo.store.lock import is_locked, read_holder
-    from echo.store.reader import Reader
+    from rankecho.echo.guard.instance import open_sealed
+    from rankecho.echo.mcp.rates import RatesError, load_rates
+    from rankecho.echo.mcp.server import build_server
+    from rankecho.echo.mcp.tools import Investigation, Limits
+    from rankecho.echo.sandbox import Sandbox, SandboxLimits
+    from rankecho.echo.settings import SettingsError, gpu_rates_path, memory_limit_bytes
+    from rankecho.echo.store.lock import is_locked, read_holder
+    from rankecho.echo.store.reader import Reader
 
     db = Path(args.db)
     if is_locked(db):

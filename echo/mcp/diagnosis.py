@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from echo.mcp.sanitize import MAX_ITEMS
-from echo.mcp.windows import iso
+from rankecho.echo.mcp.sanitize import MAX_ITEMS
+from rankecho.echo.mcp.windows import iso
 
 if TYPE_CHECKING:
-    from echo.mcp.tools import Investigation
+    from rankecho.echo.mcp.tools import Investigation
 
 MAX_STRAGGLERS = 50
 """Stragglers returned per call (significant ones first); the rest are counted."""

@@ -25,13 +25,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from echo.app import Echo, connect_address
-from echo.ingest.asgi_server import AsgiServer, Limits
-from echo.ingest.auth import TokenCheck
-from echo.mcp.rates import load_rates
-from echo.mcp.server import build_server
-from echo.mcp.tools import Investigation
-from echo.settings import HostPort
+from rankecho.echo.app import Echo, connect_address
+from rankecho.echo.ingest.asgi_server import AsgiServer, Limits
+from rankecho.echo.ingest.auth import TokenCheck
+from rankecho.echo.mcp.rates import load_rates
+from rankecho.echo.mcp.server import build_server
+from rankecho.echo.mcp.tools import Investigation
+from rankecho.echo.settings import HostPort
 
 log = logging.getLogger(__name__)
 MCP_PATH = "/mcp"

@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from echo.queries import LAYERS, QUERIES, seed_examples
-from echo.store.reader import Reader
-from shared import contract
+from rankecho.echo.queries import LAYERS, QUERIES, seed_examples
+from rankecho.echo.store.reader import Reader
+from rankecho.shared import contract
 
 COLUMNS: dict[str, tuple[str, str]] = {
     "event_id": ("unique id of the event (the producer's rankecho.event_id, else a content hash)", ""),

@@ -23,10 +23,10 @@ from fastmcp.server.auth import AccessToken, TokenVerifier
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from echo.guard.refusal import safe_message
-from echo.mcp.diagnosis import DiagnosisError
-from echo.mcp.schema import schema_document
-from echo.mcp.tools import MAX_LIMIT, Investigation, InvestigationError
+from rankecho.echo.guard.refusal import safe_message
+from rankecho.echo.mcp.diagnosis import DiagnosisError
+from rankecho.echo.mcp.schema import schema_document
+from rankecho.echo.mcp.tools import MAX_LIMIT, Investigation, InvestigationError
 
 INSTRUCTIONS = (
     "rankecho Echo holds every node's GPU/NCCL/scheduler events of a training cluster. To find the rank "

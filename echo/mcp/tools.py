@@ -1,6 +1,6 @@
 """What each MCP tool computes, independent of MCP: named queries in, bounded JSON-shaped dicts out.
 
-The tools' named queries go through the store's :class:`echo.store.reader.Reader` (read-only
+The tools' named queries go through the store's :class:`rankecho.echo.store.reader.Reader` (read-only
 transaction, timeout that interrupts DuckDB, row/byte caps, the SQL guard). The caller's SQL in
 :meth:`Investigation.run_analysis` is guarded here, at the boundary, then runs on ``analysis``: in
 Echo and the CLIs an :class:`echo.sandbox.Sandbox` (a worker process with hard memory and time limits),
@@ -20,14 +20,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from echo.guard import Refused, check_sql, safe_message
-from echo.mcp.diagnosis import Diagnosis
-from echo.mcp.rates import Rates
-from echo.mcp.sanitize import cap_rows, clean_text, json_safe, parse_attrs
-from echo.mcp.windows import Anchor, Window, WindowError, iso, parse_window
-from echo.queries import QUERIES
-from echo.sandbox import Sandbox
-from echo.store.reader import QueryError, QueryResult, QueryTimeoutError, Reader
+from rankecho.echo.guard import Refused, check_sql, safe_message
+from rankecho.echo.mcp.diagnosis import Diagnosis
+from rankecho.echo.mcp.rates import Rates
+from rankecho.echo.mcp.sanitize import cap_rows, clean_text, json_safe, parse_attrs
+from rankecho.echo.mcp.windows import Anchor, Window, WindowError, iso, parse_window
+from rankecho.echo.queries import QUERIES
+from rankecho.echo.sandbox import Sandbox
+from rankecho.echo.store.reader import QueryError, QueryResult, QueryTimeoutError, Reader
 
 MAX_LIMIT = 10_000
 """No tool returns more rows than this, whatever ``limit`` asks for."""
@@ -67,7 +67,7 @@ class Investigation:
         self.diagnosis = Diagnosis(self)
         """find_stragglers, explain_straggler and the stall costs, on this investigation's reader."""
 
-    # -- plumbing (also used by :class:`echo.mcp.diagnosis.Diagnosis`) -----------------------------
+    # -- plumbing (also used by :class:`rankecho.echo.mcp.diagnosis.Diagnosis`) -----------------------------
     def run_named(self, name: str, max_rows: int = MAX_LIMIT, **params: Any) -> QueryResult:
         """Run the named query ``name`` (echo/queries) with ``params``; errors become InvestigationError."""
         query = QUERIES[name]

@@ -6,7 +6,7 @@ The comment lines right under a name are that statement's docstring. Tools call 
 - ``echo/queries/*.sql`` (:data:`QUERIES`): read queries the tools, the CLI and the tests run;
 - ``echo/queries/layers/*.sql`` (:data:`LAYERS`): the straggler analysis as layered DuckDB table macros
   (``CREATE OR REPLACE TEMP MACRO rk_...``), defined on every read connection (see
-  :class:`echo.store.reader.Reader`) and called by the read queries, or by an analyst, like tables;
+  :class:`rankecho.echo.store.reader.Reader`) and called by the read queries, or by an analyst, like tables;
 - ``echo/queries/staging/*.sql`` (:data:`STAGING`): the writer's copies of agent events into the typed
   analysis tables;
 - ``echo/queries/fanin/*.sql`` (:data:`FANIN`): the fan-in proof's queries (``rankecho stress``, tests,

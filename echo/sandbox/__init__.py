@@ -1,6 +1,6 @@
 """Callers' SQL (``fleet.cluster.run_analysis``, ``rankecho query``) runs here, in worker processes
-with hard memory and time limits; see :mod:`echo.sandbox.pool`."""
+with hard memory and time limits; see :mod:`rankecho.echo.sandbox.pool`."""
 
-from echo.sandbox.pool import Sandbox, SandboxLimits
+from rankecho.echo.sandbox.pool import Sandbox, SandboxLimits
 
 __all__ = ["Sandbox", "SandboxLimits"]

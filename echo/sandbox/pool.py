@@ -1,9 +1,9 @@
 """Run callers' SQL in worker processes with hard limits, so no query can grow Echo or stall ingest.
 
-:class:`Sandbox` has the :class:`echo.store.reader.Reader` ``query`` signature. Each query is guarded
-(:func:`echo.guard.check_sql`), then handed to one of ``workers`` child processes
-(:mod:`echo.sandbox.worker`) that reads a store file (a snapshot of the live store, see
-:mod:`echo.store.snapshot`, or a store no Echo holds). While it waits for the answer, this side:
+:class:`Sandbox` has the :class:`rankecho.echo.store.reader.Reader` ``query`` signature. Each query is guarded
+(:func:`rankecho.echo.guard.check_sql`), then handed to one of ``workers`` child processes
+(:mod:`rankecho.echo.sandbox.worker`) that reads a store file (a snapshot of the live store, see
+:mod:`rankecho.echo.store.snapshot`, or a store no Echo holds). While it waits for the answer, this side:
 
 - kills the worker when its RSS passes ``memory_bytes`` (polled every ``POLL_S``; the worker's own
   ``RLIMIT_AS`` catches what grows faster than that);
@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from echo.guard import check_sql
-from echo.sandbox.protocol import HEADER, FrameError, decode, encode
-from echo.store.reader import (
+from rankecho.echo.guard import check_sql
+from rankecho.echo.sandbox.protocol import HEADER, FrameError, decode, encode
+from rankecho.echo.store.reader import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ROWS,
     DEFAULT_TIMEOUT_S,
@@ -73,9 +73,9 @@ class _Process:
         env = dict(os.environ, MALLOC_ARENA_MAX="2", PYTHONDONTWRITEBYTECODE="1")
         self.spill = tempfile.mkdtemp(prefix="rankecho-analysis-")
         """DuckDB's temp_directory for this worker (removed when the worker goes)."""
-        command = [sys.executable, "-m", "echo.sandbox.worker", str(limits.memory_bytes), str(limits.threads)]
+        worker = [sys.executable, "-m", "rankecho.echo.sandbox.worker"]
         self.proc = subprocess.Popen(
-            [*command, self.spill],
+            [*worker, str(limits.memory_bytes), str(limits.threads), self.spill],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

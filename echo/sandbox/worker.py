@@ -1,6 +1,7 @@
 """The analysis worker: a child process that runs callers' SQL under hard OS limits.
 
-Started by :class:`echo.sandbox.pool.Sandbox` as ``python -m echo.sandbox.worker CAP THREADS SPILL_DIR``. It
+Started by :class:`echo.sandbox.pool.Sandbox` as
+``python -m rankecho.echo.sandbox.worker CAP THREADS SPILL_DIR``. It
 opens an in-memory DuckDB, attaches the store file it is told to read as ``store`` (READ_ONLY, so a
 file name never appears in an error: the catalog is always ``store``), defines the analysis macros,
 then seals the instance (no files, URLs or extensions; settings locked). Once set up it caps its own
@@ -24,9 +25,9 @@ from typing import Any, BinaryIO
 
 import duckdb
 
-from echo.guard.instance import seal
-from echo.sandbox.protocol import read_frame, write_frame
-from echo.store.reader import ANALYSIS_PRELUDE, row_bytes
+from rankecho.echo.guard.instance import seal
+from rankecho.echo.sandbox.protocol import read_frame, write_frame
+from rankecho.echo.store.reader import ANALYSIS_PRELUDE, row_bytes
 
 CHUNK_BYTES = 64 * 1024
 DUCKDB_SHARE = 0.6

@@ -18,8 +18,8 @@ from importlib import resources
 
 import duckdb
 
-from echo.store.staging import backfill
-from echo.store.writer import rollback
+from rankecho.echo.store.staging import backfill
+from rankecho.echo.store.writer import rollback
 
 _NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
@@ -42,7 +42,7 @@ AFTER: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {2: backfill}
 def available() -> list[Migration]:
     """Every migration shipped with this package, lowest version first."""
     found = []
-    for entry in resources.files("echo.migrations").iterdir():
+    for entry in resources.files("rankecho.echo.migrations").iterdir():
         match = _NAME.match(entry.name)
         if match:
             found.append(Migration(int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))

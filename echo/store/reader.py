@@ -25,8 +25,8 @@ from typing import Any
 
 import duckdb
 
-from echo.guard import check_sql
-from echo.queries import LAYERS
+from rankecho.echo.guard import check_sql
+from rankecho.echo.queries import LAYERS
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_ROWS = 10_000
@@ -70,7 +70,7 @@ def row_bytes(row: tuple[Any, ...]) -> int:
 
 class Reader:
     """Thread-safe: a query never shares its cursor. ``check`` is the statement gate
-    (:func:`echo.guard.check_sql`); ``prelude`` runs once on each new cursor (trusted project SQL,
+    (:func:`rankecho.echo.guard.check_sql`); ``prelude`` runs once on each new cursor (trusted project SQL,
     not checked)."""
 
     def __init__(

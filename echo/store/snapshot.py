@@ -11,7 +11,7 @@ waited for). The two newest copies are kept, older ones deleted.
 
 How a copy stays consistent while the writer commits: DuckDB changes the store file itself only when
 it checkpoints (or writes a large insert's row groups ahead of its commit); commits append to the WAL.
-Commits are held (:meth:`echo.store.writer.Writer.hold`; receivers keep decoding and queueing) only
+Commits are held (:meth:`rankecho.echo.store.writer.Writer.hold`; receivers keep decoding and queueing) only
 long enough to note the file's state and the WAL's length; the file is then copied, and the WAL up to
 that length. If the file changed meanwhile, the copy is redone with commits held throughout. A store
 under ``HELD_COPY_BYTES`` is always copied with commits held (a few ms), which also covers the coarse
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from echo.store.reader import QueryError
+from rankecho.echo.store.reader import QueryError
 
 log = logging.getLogger(__name__)
 HELD_COPY_BYTES = 64 << 20

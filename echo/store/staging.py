@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import duckdb
 
-from echo.queries import STAGING
+from rankecho.echo.queries import STAGING
 
 STAGED = "staged"
 """The relation every staging statement reads: the rows new to ``events`` in this commit."""

@@ -37,9 +37,16 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from echo.ops import Stats
-from echo.store.condition import StoreCondition, cause_of, checkpoint_room, fix_for, probe_write, store_caused
-from echo.store.staging import STAGED, stage
+from rankecho.echo.ops import Stats
+from rankecho.echo.store.condition import (
+    StoreCondition,
+    cause_of,
+    checkpoint_room,
+    fix_for,
+    probe_write,
+    store_caused,
+)
+from rankecho.echo.store.staging import STAGED, stage
 
 log = logging.getLogger(__name__)
 CAREFUL_COMMITS = 20

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import duckdb
 
-from echo.guard.instance import seal
-from echo.store.migrate import migrate
+from rankecho.echo.guard.instance import seal
+from rankecho.echo.store.migrate import migrate
 
 HERE = Path(__file__).resolve().parent
 ROWS = 4000
