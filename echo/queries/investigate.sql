@@ -191,13 +191,15 @@ LIMIT $max_rows;
 -- name: gpu_hours
 -- Observed GPU time per (cluster, node, GPU model): each (node, rank) is one GPU, observed from its
 -- first to its last event in the window; the model is the rankecho.gpu.model attribute (NULL when no
--- event of that GPU carries it).
+-- event of that GPU carries it). The agent's own points (rank NULL: health, spool, self-metrics) are
+-- no GPU: counted, they made a 4-rank node 5 GPUs.
 WITH gpus AS (
     SELECT cluster_id, node_id, rank,
            max(json_extract_string(attrs_json, '$."rankecho.gpu.model"')) AS gpu_model,
            (max(timestamp_ns) - min(timestamp_ns)) / 3.6e12 AS hours
     FROM events
-    WHERE ($start_ns IS NULL OR timestamp_ns >= $start_ns)
+    WHERE rank IS NOT NULL
+      AND ($start_ns IS NULL OR timestamp_ns >= $start_ns)
       AND ($end_ns IS NULL OR timestamp_ns < $end_ns)
       AND ($cluster_id IS NULL OR cluster_id = $cluster_id)
     GROUP BY cluster_id, node_id, rank
