@@ -44,7 +44,7 @@ def straggler_rows(stragglers: Sequence[dict[str, Any]]) -> list[dict[str, Any]]
                 "episodes": s["episodes_total"],
                 "share": f"{100 * (s['share_of_steps'] or 0):.1f}%",
                 "late ms (median/p95)": f"{s['late_ms']['median']:.1f}/{s['late_ms']['p95']:.1f}",
-                "every": (period["steps"] if period else "-"),
+                "every": f"{period['steps']} (conf {period['confidence']:.2f})" if period else "-",
                 "cause": s["cause"]["class"],
                 "imposed GPU-s": s["imposed_gpu_s"],
                 "slowdown": f"x{s['what_if']['slowdown']:.3f}" if s["what_if"]["slowdown"] else "-",
@@ -60,13 +60,18 @@ def render_stragglers(result: dict[str, Any]) -> str:
         f"{window['start'] or 'the start'} to {window['end'] or 'now'}"
     )  # fmt: skip
     out = [f"Stragglers over {span}"]
+    if result.get("no_data"):
+        out.append(f"  {result['no_data']}")
     for cluster in result["clusters"]:
         noise = cluster["noise"]
+        step = cluster.get("step_ms_mean")
         out.append(
-            f"\ncluster {cluster['cluster_id']}: {cluster['ranks']} ranks, {cluster['steps']} steps of "
-            f"{cluster['step_ms']} ms (median); lateness threshold {noise['threshold_ms']} ms from the job's "
+            f"\ncluster {cluster['cluster_id']}: {cluster['ranks']} ranks, {cluster['steps']} steps"
+            + (f" of {step} ms (mean: the window's span over its steps; every step time below is a mean)"
+               if step is not None else "")
+            + f"; lateness threshold {noise['threshold_ms']} ms from the job's "
             f"noise (sigma {noise['sigma_ms']} ms); times on {cluster['reference_node']}'s clock"
-        )
+        )  # fmt: skip
         out.append(f"  {cluster['verdict']}")
         named = [s for s in result["stragglers"] if s["cluster_id"] == cluster["cluster_id"]]
         for s in named:

@@ -209,3 +209,23 @@ FROM gpus
 GROUP BY cluster_id, node_id, gpu_model
 ORDER BY cluster_id, node_id, gpu_model
 LIMIT $max_rows;
+
+-- name: data_coverage
+-- Per cluster over the whole store: events of any kind, and the agent data the diagnosis needs
+-- (collective calls traced by `rankecho agent`: count, nodes, ranks, first and last call on the nodes'
+-- clocks). What an empty answer tells its caller is there instead, and for which times.
+WITH ev AS (
+    SELECT cluster_id, count(*) AS events, min(timestamp_ns) AS first_ns, max(timestamp_ns) AS last_ns
+    FROM events GROUP BY cluster_id
+),
+co AS (
+    SELECT cluster_id, count(*) AS collectives, count(DISTINCT node_id) AS nodes,
+           count(DISTINCT (node_id, rank)) AS ranks, min(enter_ns) AS agent_first_ns,
+           max(enter_ns) AS agent_last_ns
+    FROM collectives GROUP BY cluster_id
+)
+SELECT cluster_id, coalesce(ev.events, 0) AS events, coalesce(co.collectives, 0) AS collectives,
+       co.nodes, co.ranks, co.agent_first_ns, co.agent_last_ns, ev.first_ns, ev.last_ns
+FROM ev FULL JOIN co USING (cluster_id)
+ORDER BY collectives DESC, cluster_id
+LIMIT $max_rows;
