@@ -6,7 +6,7 @@ MCP (``fleet.cluster.find_stragglers``), with the MCP bearer token from ``--toke
 ``$RANKECHO_MCP_TOKEN`` or ``$RANKECHO_TOKEN``. Exit codes: 0 answered (stragglers or not), 1 the
 question could not be answered (bad window, unreachable Echo, refused token, no agent data in the
 window: the message says for which clusters and times there is), 3 the store is held by a running Echo
-(ask it with --endpoint). With ``--json`` a failure also prints ``{"error": ..., "exit_code": 1}``.
+(ask it with --endpoint). With ``--json``, no agent data also prints ``{"error": ..., "exit_code": 1}``.
 
 Usage::
 
@@ -104,7 +104,7 @@ def read_token(path: str | None) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from rankecho.echo.report import render_stragglers
+    from rankecho.echo.report import no_data_exit, render_stragglers
     from rankecho.echo.store.lock import is_locked, read_holder
 
     try:
@@ -124,16 +124,9 @@ def main(args: argparse.Namespace) -> int:
                 args.endpoint, token, args.window, args.cluster_id, args.min_late_ms, args.timeout
             )
     except (DiagnoseError, OSError) as exc:
-        return _fail(str(exc), args.json)
-    if result.get("no_data"):  # nothing to diagnose is a failure to answer, not "no straggler"
-        return _fail(result["no_data"], args.json, result["window"])
+        print(f"rankecho diagnose: {exc}", file=sys.stderr)
+        return 1
+    if (code := no_data_exit("diagnose", result, args.json)) is not None:
+        return code
     print(json.dumps(result, indent=1) if args.json else render_stragglers(result))
     return 0
-
-
-def _fail(message: str, as_json: bool, window: dict[str, Any] | None = None) -> int:
-    """Exit 1 with ``message`` on stderr; with --json also an error object on stdout for scripts."""
-    print(f"rankecho diagnose: {message}", file=sys.stderr)
-    if as_json:
-        print(json.dumps({"error": message, "exit_code": 1, "window": window}, indent=1))
-    return 1

@@ -10,8 +10,12 @@ Usage::
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Sequence
 from typing import Any
+
+from rankecho.exitcodes import FAILED
 
 
 def text_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -88,3 +92,16 @@ def render_stragglers(result: dict[str, Any]) -> str:
     if result["truncated"]:
         out.append("\n(more stragglers than shown: narrow the window or pass --cluster-id)")
     return "\n".join(out)
+
+
+def no_data_exit(command: str, result: dict[str, Any], as_json: bool) -> int | None:
+    """When the answer says there was no agent data (``no_data``), print that on stderr (with --json also
+    an error object on stdout) and return exit code 1: nothing to diagnose is a failure to answer, not
+    "no straggler". None when there was data."""
+    message = result.get("no_data")
+    if not message:
+        return None
+    print(f"rankecho {command}: {message}", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"error": message, "exit_code": FAILED, "window": result.get("window")}, indent=1))
+    return FAILED

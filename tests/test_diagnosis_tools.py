@@ -176,7 +176,7 @@ def test_diagnose_prints_paragraphs_and_a_table_or_json(store: Path) -> None:
     assert "the mean step would take" in text.stdout
     assert "every 14 steps, period confidence 0.9" in text.stdout and "14 (conf 0.9" in text.stdout
     assert "Next: pre-allocate buffers" in text.stdout
-    assert "explain_straggler node_id=node-b rank=5" in text.stdout
+    assert "rankecho explain --node-id node-b --rank 5 --causal-chain-id" in text.stdout
     as_json = diagnose("--db", str(store), "--json")
     assert as_json.returncode == 0
     answer = json.loads(as_json.stdout)
@@ -231,7 +231,8 @@ def test_find_stragglers_and_explain_say_what_to_do_next(inv: Investigation) -> 
         s["what_if"]["step_ms_actual"]
     )
     assert s["next_step"].startswith(NEXT_STEPS["allocator"])
-    assert f"causal_chain_id={s['episodes'][-1]['causal_chain_id']}" in s["next_step"]
+    assert f"--causal-chain-id '{s['episodes'][-1]['causal_chain_id']}'" in s["next_step"]
+    assert "fleet.cluster.explain_straggler" in s["next_step"]
     explained = call(
         inv,
         "fleet.cluster.explain_straggler",

@@ -53,7 +53,7 @@ def next_step(
         step = f"{NODE_STEP} {step}"
     if rank is not None and causal_chain_id:
         step += (
-            f"; the pre-call timeline of its latest late call: fleet.cluster.explain_straggler "
-            f"node_id={node_id} rank={rank} causal_chain_id={causal_chain_id}"
+            f"; the pre-call timeline of its latest late call: rankecho explain --node-id {node_id} --rank "
+            f"{rank} --causal-chain-id '{causal_chain_id}' (MCP: fleet.cluster.explain_straggler)"
         )
     return step
