@@ -1,16 +1,19 @@
 """``rankecho agent check``: can this node run the agent? Each check says what to do when it fails.
 
 Paths are injectable (``sys_root``, ``proc_root``, ``modules_root``) so the checks run against fixtures.
-Required checks decide the exit code; ``warn`` checks (processes found, NVML) only inform.
+Required checks decide the exit code; ``warn`` checks (processes found, NVML) only inform. The agent runs
+:func:`require_privileges` before compiling its BPF program.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 
 from rankecho.agent import discovery
+from rankecho.exitcodes import USAGE
 
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
 
@@ -56,9 +59,31 @@ def check_btf(sys_root: str = "/sys") -> Check:
 
 
 def check_tracefs(sys_root: str = "/sys") -> Check:
-    path = os.path.join(sys_root, "kernel", "tracing", "events", "sched", "sched_switch")
-    return Check("tracefs", os.path.isdir(path), path,
-                 "mount -t tracefs nodev /sys/kernel/tracing")
+    """tracefs mounted and readable: without permission to look, a mounted tracefs looks absent, so a
+    non-root agent was told to mount it; the two causes have different fixes."""
+    tracing = os.path.join(sys_root, "kernel", "tracing")
+    path = os.path.join(tracing, "events", "sched", "sched_switch")
+    try:
+        os.stat(path)
+        denied = not os.access(path, os.R_OK | os.X_OK)
+    except PermissionError:
+        denied = True
+    except OSError:
+        try:
+            os.listdir(tracing)
+            denied = False
+        except PermissionError:
+            denied = True
+        except OSError:
+            denied = False
+        if not denied:
+            return Check("tracefs", False, f"{path} not found (tracefs not mounted)",
+                         f"mount -t tracefs nodev {tracing}")
+    if denied:
+        return Check("tracefs", False, f"{tracing} is not readable by euid {os.geteuid()} (permissions, "
+                     "not mounting)", f"run the agent as root (tracefs is root-only by default), or make it "
+                     f"readable: mount -o remount,mode=755 {tracing}")
+    return Check("tracefs", True, path)
 
 
 def check_bcc() -> Check:
@@ -82,6 +107,10 @@ def check_targets(proc_root: str = "/proc", nccl: tuple[str, ...] = (), cuda: tu
     if missing:
         return Check("libraries", False, f"not found: {', '.join(missing)}",
                      "fix the --nccl-lib/--cuda-lib path")
+    wrong = [why for kind, paths in (("nccl", nccl), ("cuda", cuda)) for p in paths
+             if (why := discovery.library_problem(p, kind))]
+    if wrong:
+        return Check("libraries", False, "; ".join(wrong), "fix the --nccl-lib/--cuda-lib path")
     libs, procs = discovery.scan(proc_root)
     kinds = sorted({lib.kind for lib in libs.values()})
     detail = f"{len(procs)} processes map {len(libs)} NCCL/CUDA runtime files ({', '.join(kinds) or 'none'})"
@@ -152,6 +181,27 @@ def ebpf_missing() -> str | None:
         if not chk.ok:
             return f"{chk.name}: {chk.detail}; fix: {chk.fix}"
     return None
+
+
+def preflight(proc_root: str = "/proc", sys_root: str = "/sys") -> str | None:
+    """Why this process may not load the agent's BPF program (rights, not software), or None. Run
+    before compiling: a non-root start then says so in one line instead of ~100 lines of clang errors."""
+    failed = [chk for chk in (check_privileges(proc_root), check_tracefs(sys_root)) if not chk.ok]
+    if not failed:
+        return None
+    return ("needs root (or CAP_BPF + CAP_PERFMON, or CAP_SYS_ADMIN, and a "
+            "readable tracefs) to load its eBPF probes: "
+            + "; ".join(f"{chk.name}: {chk.detail}" for chk in failed)
+            + ". Run it as root (sudo rankecho agent ...; in Kubernetes a privileged container), and run "
+            "`rankecho agent check` to see every prerequisite.")
+
+
+def require_privileges() -> None:
+    """Exit 2 with the :func:`preflight` message when this process may not load the BPF program."""
+    problem = preflight()
+    if problem:
+        print(f"rankecho agent: {problem}", file=sys.stderr, flush=True)
+        raise SystemExit(USAGE)
 
 
 def main(nccl: tuple[str, ...] = (), cuda: tuple[str, ...] = (), proc_root: str = "/proc",

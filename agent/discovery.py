@@ -2,7 +2,8 @@
 
 Reads ``<proc_root>/<pid>/maps`` (``proc_root`` is injectable for tests). Paths inside containers are
 reached through ``<proc_root>/<pid>/root``, and a library file is identified by (device, inode) so the
-agent attaches once per file however many processes or mount namespaces map it. Usage::
+agent attaches once per file however many processes or mount namespaces map it. A library named by
+hand (--nccl-lib, --cuda-lib) is checked with :func:`library_problem`. Usage::
 
     libs, procs = scan("/proc")              # {LibKey: LibFile}, {pid: {LibKey, ...}}
     new = [f for k, f in libs.items() if k not in attached]
@@ -11,10 +12,15 @@ agent attaches once per file however many processes or mount namespaces map it. 
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from rankecho.agent.traced import TRACED
+
 LIB_PREFIXES = {"libnccl.so": "nccl", "libcudart.so": "cuda"}
+LIB_WHAT = {"nccl": "the path of an NCCL library (libnccl.so*)",
+            "cuda": "the path of the CUDA runtime (libcudart.so*)"}
 
 LibKey = tuple[int, int]  # (st_dev, st_ino)
 
@@ -99,3 +105,54 @@ def scan(
             libs.setdefault(lib.key, lib)
             procs.setdefault(pid, set()).add(lib.key)
     return libs, procs
+
+
+def library_problem(path: str, kind: str) -> str | None:
+    """Why ``path`` is not a library of ``kind`` ("nccl" or "cuda") the agent can trace, or None: it must
+    be an ELF shared object whose dynamic symbols define at least one function rankecho traces for that
+    kind. The one check behind ``agent check`` and the agent's own refusal of a wrong --nccl-lib or
+    --cuda-lib (which would otherwise report "ready", or run and send nothing but its own points)."""
+    flag, what = f"--{kind}-lib {path}", LIB_WHAT[kind]
+    try:
+        defined = defined_functions(path)
+    except OSError as err:
+        return f"{flag}: cannot read it ({err.strerror}); pass {what}"
+    except ValueError as err:
+        return f"{flag} is {err}; pass {what}"
+    wanted = sorted(f.symbol for f in TRACED if f.lib == kind)
+    if not defined & set(wanted):
+        names = ", ".join(wanted[:3])
+        return f"{flag} defines none of the {kind} functions rankecho traces ({names}, ...); pass {what}"
+    return None
+
+
+def defined_functions(path: str) -> set[str]:
+    """Functions defined in the dynamic symbol table of a 64-bit little-endian ELF shared object (the
+    agent's platforms); ValueError saying what the file is instead. Reads only the headers and .dynsym."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if len(head) < 64 or head[:4] != b"\x7fELF":
+            raise ValueError("not an ELF file")
+        if head[4:6] != b"\x02\x01" or struct.unpack_from("<H", head, 16)[0] != 3:  # ELFCLASS64, LSB, ET_DYN
+            raise ValueError("not a 64-bit little-endian ELF shared library")
+        (shoff,) = struct.unpack_from("<Q", head, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
+        f.seek(shoff)
+        table = f.read(shentsize * shnum)
+        try:  # (name, type, flags, addr, offset, size, link, info, align, entsize) per section
+            sections = [struct.unpack_from("<IIQQQQIIQQ", table, i * shentsize) for i in range(shnum)]
+            dynsym = next((sec for sec in sections if sec[1] == 11), None)  # SHT_DYNSYM
+            if dynsym is None:
+                return set()
+            f.seek(sections[dynsym[6]][4])
+            names = f.read(sections[dynsym[6]][5])
+            f.seek(dynsym[4])
+            syms = f.read(dynsym[5])
+            found = set()
+            for off in range(0, len(syms) - 23, 24):
+                name, info, _, shndx = struct.unpack_from("<IBBH", syms, off)
+                if shndx != 0 and info & 0xF in (2, 10):  # defined STT_FUNC / STT_GNU_IFUNC
+                    found.add(names[name : names.index(b"\0", name)].decode(errors="replace"))
+        except (struct.error, IndexError, ValueError):
+            raise ValueError("a damaged ELF file") from None
+        return found

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from rankecho.agent import discovery, probes, resource
+from rankecho.agent import check, discovery, probes, resource
 from rankecho.agent.clock import ClockConverter
 from rankecho.agent.events import decode
 from rankecho.agent.export import Encoded, ExportConfig, Exporter, encode_batch
@@ -298,6 +298,7 @@ def release_compiler_memory(bpf: Any) -> None:
 
 def run(s: Settings, stop: Stop) -> int:
     """Start, trace until ``stop`` is set, shut down; a stop that came during start-up skips the rest."""
+    check.require_privileges()  # exit 2 naming root and `agent check`, before any spool or BPF compile
     agent = Agent(s)
     agent.exporter.start()
     try:

@@ -4,8 +4,9 @@ Two sources, one answer: ``--db FILE`` opens a store no Echo holds (read-only an
 ``rankecho query``) and runs the diagnosis in this process; ``--endpoint URL`` asks a running Echo over
 MCP (``fleet.cluster.find_stragglers``), with the MCP bearer token from ``--token-file``,
 ``$RANKECHO_MCP_TOKEN`` or ``$RANKECHO_TOKEN``. Exit codes: 0 answered (stragglers or not), 1 the
-question could not be answered (bad window, unreachable Echo, refused token), 3 the store is held by a
-running Echo (ask it with --endpoint).
+question could not be answered (bad window, unreachable Echo, refused token, no agent data in the
+window: the message says for which clusters and times there is), 3 the store is held by a running Echo
+(ask it with --endpoint). With ``--json``, no agent data also prints ``{"error": ..., "exit_code": 1}``.
 
 Usage::
 
@@ -103,7 +104,7 @@ def read_token(path: str | None) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from rankecho.echo.report import render_stragglers
+    from rankecho.echo.report import no_data_exit, render_stragglers
     from rankecho.echo.store.lock import is_locked, read_holder
 
     try:
@@ -125,5 +126,7 @@ def main(args: argparse.Namespace) -> int:
     except (DiagnoseError, OSError) as exc:
         print(f"rankecho diagnose: {exc}", file=sys.stderr)
         return 1
+    if (code := no_data_exit("diagnose", result, args.json)) is not None:
+        return code
     print(json.dumps(result, indent=1) if args.json else render_stragglers(result))
     return 0

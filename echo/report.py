@@ -10,8 +10,12 @@ Usage::
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Sequence
 from typing import Any
+
+from rankecho.exitcodes import FAILED
 
 
 def text_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -44,7 +48,7 @@ def straggler_rows(stragglers: Sequence[dict[str, Any]]) -> list[dict[str, Any]]
                 "episodes": s["episodes_total"],
                 "share": f"{100 * (s['share_of_steps'] or 0):.1f}%",
                 "late ms (median/p95)": f"{s['late_ms']['median']:.1f}/{s['late_ms']['p95']:.1f}",
-                "every": (period["steps"] if period else "-"),
+                "every": f"{period['steps']} (conf {period['confidence']:.2f})" if period else "-",
                 "cause": s["cause"]["class"],
                 "imposed GPU-s": s["imposed_gpu_s"],
                 "slowdown": f"x{s['what_if']['slowdown']:.3f}" if s["what_if"]["slowdown"] else "-",
@@ -60,13 +64,18 @@ def render_stragglers(result: dict[str, Any]) -> str:
         f"{window['start'] or 'the start'} to {window['end'] or 'now'}"
     )  # fmt: skip
     out = [f"Stragglers over {span}"]
+    if result.get("no_data"):
+        out.append(f"  {result['no_data']}")
     for cluster in result["clusters"]:
         noise = cluster["noise"]
+        step = cluster.get("step_ms_mean")
         out.append(
-            f"\ncluster {cluster['cluster_id']}: {cluster['ranks']} ranks, {cluster['steps']} steps of "
-            f"{cluster['step_ms']} ms (median); lateness threshold {noise['threshold_ms']} ms from the job's "
+            f"\ncluster {cluster['cluster_id']}: {cluster['ranks']} ranks, {cluster['steps']} steps"
+            + (f" of {step} ms (mean: the window's span over its steps; every step time below is a mean)"
+               if step is not None else "")
+            + f"; lateness threshold {noise['threshold_ms']} ms from the job's "
             f"noise (sigma {noise['sigma_ms']} ms); times on {cluster['reference_node']}'s clock"
-        )
+        )  # fmt: skip
         out.append(f"  {cluster['verdict']}")
         named = [s for s in result["stragglers"] if s["cluster_id"] == cluster["cluster_id"]]
         for s in named:
@@ -83,3 +92,16 @@ def render_stragglers(result: dict[str, Any]) -> str:
     if result["truncated"]:
         out.append("\n(more stragglers than shown: narrow the window or pass --cluster-id)")
     return "\n".join(out)
+
+
+def no_data_exit(command: str, result: dict[str, Any], as_json: bool) -> int | None:
+    """When the answer says there was no agent data (``no_data``), print that on stderr (with --json also
+    an error object on stdout) and return exit code 1: nothing to diagnose is a failure to answer, not
+    "no straggler". None when there was data."""
+    message = result.get("no_data")
+    if not message:
+        return None
+    print(f"rankecho {command}: {message}", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"error": message, "exit_code": FAILED, "window": result.get("window")}, indent=1))
+    return FAILED

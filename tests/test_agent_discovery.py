@@ -99,6 +99,62 @@ def test_check_main_exits_by_the_required_checks(tmp_path: Path, capsys: pytest.
     assert code == 1 and out.rstrip().splitlines()[-1] == f"not ready: {', '.join(failed)}"
 
 
+def test_library_problem_accepts_only_elf_libraries_defining_the_traced_functions(tmp_path: Path) -> None:
+    sim = sim_built() / "build"
+    assert discovery.library_problem(str(sim / "libnccl.so.2"), "nccl") is None
+    assert discovery.library_problem(str(sim / "libcudart.so.12"), "cuda") is None
+    wrong_kind = discovery.library_problem(str(sim / "libnccl.so.2"), "cuda")
+    assert wrong_kind is not None and "defines none of the cuda functions" in wrong_kind
+    named_right = tmp_path / "libcudart.so.12"  # the right name is not enough
+    named_right.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    for path in ("/etc/passwd", str(named_right)):
+        problem = discovery.library_problem(path, "cuda")
+        assert problem == (
+            f"--cuda-lib {path} is not an ELF file; pass the path of the CUDA runtime (libcudart.so*)"
+        )
+    truncated = tmp_path / "libnccl.so.2"
+    truncated.write_bytes((sim / "libnccl.so.2").read_bytes()[:200])
+    assert "damaged ELF file" in str(discovery.library_problem(str(truncated), "nccl"))
+    executable = discovery.library_problem(sys.executable, "nccl")  # an ELF file, not a shared library
+    assert executable is not None and "--nccl-lib" in executable and "libnccl.so" in executable
+    assert "cannot read it" in str(discovery.library_problem(str(tmp_path), "nccl"))
+
+
+def test_check_refuses_a_file_that_is_not_the_library() -> None:
+    out = run_check("--cuda-lib", "/etc/passwd", "--nccl-lib", str(sim_built() / "build" / "libcudart.so.12"))
+    assert out.returncode == 1 and "libraries" in failed_checks(out.stdout)
+    assert "--cuda-lib /etc/passwd is not an ELF file" in out.stdout
+    assert "defines none of the nccl functions" in out.stdout
+
+
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+needs_root_and_setpriv = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to run as nobody"
+)
+
+
+@needs_root_and_setpriv
+def test_check_as_a_non_root_user_blames_permissions_not_mounting() -> None:
+    out = subprocess.run([*AS_NOBODY, sys.executable, "-m", "rankecho", "agent", "check"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)  # fmt: skip
+    assert out.returncode == 1 and {"privileges", "tracefs"} <= set(failed_checks(out.stdout))
+    assert "run as root" in out.stdout and "(permissions, not mounting)" in out.stdout
+    assert "mount -t tracefs" not in out.stdout
+
+
+@needs_root_and_setpriv
+def test_a_non_root_agent_exits_2_with_one_line_before_compiling(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [*AS_NOBODY, sys.executable, "-m", "rankecho", "agent", "--endpoint", "127.0.0.1:9",
+         "--spool-dir", str(tmp_path / "spool")],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    [line] = out.stderr.strip().splitlines()
+    assert "needs root" in line and "CAP_BPF" in line and "`rankecho agent check`" in line
+    assert "error:" not in line and "clang" not in line.lower()
+
+
 def test_ebpf_flag_prints_the_program_with_its_knobs() -> None:
     cmd = [sys.executable, "-m", "rankecho", "agent", "--ebpf", "--offcpu-min-ms", "2", "--pid", "1"]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True).stdout

@@ -19,6 +19,7 @@ from fastmcp import Client
 from fastmcp.exceptions import ToolError
 
 from bench.launch.echo import EchoProcess
+from rankecho.echo.mcp.causes import NEXT_STEPS
 from rankecho.echo.mcp.rates import load_rates
 from rankecho.echo.mcp.server import build_server
 from rankecho.echo.mcp.tools import Investigation
@@ -170,6 +171,12 @@ def test_diagnose_prints_paragraphs_and_a_table_or_json(store: Path) -> None:
     assert text.returncode == 0, text.stderr
     assert "rank 5 on node-b: it entered the collective a median" in text.stdout
     assert "straggler" in text.stdout and "| side" in text.stdout and "allocator" in text.stdout
+    # one step statistic in the text (the mean, said so), the period's confidence, and what to do next
+    assert "ms (mean" in text.stdout and "(median)" not in text.stdout
+    assert "the mean step would take" in text.stdout
+    assert "every 14 steps, period confidence 0.9" in text.stdout and "14 (conf 0.9" in text.stdout
+    assert "Next: pre-allocate buffers" in text.stdout
+    assert "rankecho explain --node-id node-b --rank 5 --causal-chain-id" in text.stdout
     as_json = diagnose("--db", str(store), "--json")
     assert as_json.returncode == 0
     answer = json.loads(as_json.stdout)
@@ -215,3 +222,58 @@ def test_isolated_episodes_name_a_node_as_the_node() -> None:
     text = render_stragglers(result)
     listed = "node node-b (1, max 31 ms), rank 3 (node-a) (1, max 31 ms)"
     assert f"too few or small to tell from noise: {listed}" in text
+
+
+def test_find_stragglers_and_explain_say_what_to_do_next(inv: Investigation) -> None:
+    found = call(inv, "fleet.cluster.find_stragglers", {"cluster_id": "synthetic"})
+    [s] = found["stragglers"]
+    assert found["no_data"] is None and found["clusters"][0]["step_ms_mean"] == pytest.approx(
+        s["what_if"]["step_ms_actual"]
+    )
+    assert s["next_step"].startswith(NEXT_STEPS["allocator"])
+    assert f"--causal-chain-id '{s['episodes'][-1]['causal_chain_id']}'" in s["next_step"]
+    assert "fleet.cluster.explain_straggler" in s["next_step"]
+    explained = call(
+        inv,
+        "fleet.cluster.explain_straggler",
+        {"node_id": "node-b", "rank": 5, "causal_chain_id": s["episodes"][0]["causal_chain_id"]},
+    )
+    assert explained["next_step"].startswith(NEXT_STEPS["allocator"])
+
+
+def test_tools_say_plainly_where_the_agent_data_is(inv: Investigation, tmp_path: Path) -> None:
+    for args in ({"cluster_id": "typo"}, {"window": "2020-01-01T00:00:00Z/2020-01-02T00:00:00Z"}):
+        found = call(inv, "fleet.cluster.find_stragglers", args)
+        assert found["clusters"] == [] and found["stragglers"] == []
+        assert "'synthetic' (2 nodes, 8 ranks, agent data from" in found["no_data"]
+        assert "'healthy'" in found["no_data"]
+    assert "mistyped" in call(inv, "fleet.cluster.find_stragglers", {"cluster_id": "typo"})["no_data"]
+    cost = call(inv, "fleet.cluster.get_cost", {"cluster_id": "typo"})
+    assert cost["rows"] == [] and "'synthetic'" in cost["no_data"]
+    assert call(inv, "fleet.cluster.get_cost", {})["no_data"] is None
+    assert call(inv, "fleet.cluster.summary", {})["no_data"] is None
+    with pytest.raises(ToolError, match="Agent data exists for 'synthetic'"):
+        call(inv, "fleet.cluster.explain_straggler", {"node_id": "node-b", "rank": 5, "timestamp_ns": 1})
+    with duckdb.connect(str(build_store(tmp_path / "empty.db")), read_only=True) as con:
+        empty = Investigation(Reader(con), load_rates())
+        for tool in ("fleet.cluster.find_stragglers", "fleet.cluster.summary", "fleet.cluster.get_cost"):
+            assert "no events at all" in call(empty, tool, {})["no_data"], tool
+            assert "rankecho agent" in call(empty, tool, {})["no_data"], tool
+
+
+def test_diagnose_fails_plainly_without_agent_data(tmp_path: Path, store: Path) -> None:
+    empty = diagnose("--db", str(build_store(tmp_path / "empty.db")))
+    assert empty.returncode == 1 and "no events at all" in empty.stderr and "rankecho agent" in empty.stderr
+    unknown = diagnose("--db", str(store), "--cluster-id", "typo")
+    assert unknown.returncode == 1 and "mistyped" in unknown.stderr and "'synthetic'" in unknown.stderr
+    assert "--cluster-id" in unknown.stderr and unknown.stdout == ""
+    other = build_store(tmp_path / "other.db")
+    with duckdb.connect(str(other)) as con:  # points from something that is not an agent (rankecho stress)
+        con.execute(
+            "INSERT INTO events VALUES ('e1', 1796220000000000000, 0, 'metric', 'fanin', 'n1', 'm', NULL, "
+            "NULL, 0.5, NULL, NULL, '{}')"
+        )
+    no_agent = diagnose("--db", str(other), "--json")
+    assert no_agent.returncode == 1 and "no agent data" in no_agent.stderr
+    error = json.loads(no_agent.stdout)
+    assert error["exit_code"] == 1 and "'fanin' (1 events, no agent data)" in error["error"]

@@ -193,6 +193,25 @@ def test_get_cost_uses_the_gpu_model_rates(con: duckdb.DuckDBPyConnection, tmp_p
     assert out["total_cost"] == pytest.approx(4 * hours_per_gpu * (1.0 + 10.0), rel=1e-6)
 
 
+def test_get_cost_counts_ranks_not_the_agents_own_points(tmp_path: Path) -> None:
+    """The agent's own points (rank NULL, here over a longer span than the job and carrying the GPU
+    model) are no GPU: 4-rank nodes stay 4 GPUs and the GPU-hours are the ranks' alone."""
+    con = build_store(tmp_path / "agent.db")
+    for node, model in (("node-a", "NVIDIA A100-SXM4-80GB"), ("node-b", "NVIDIA H100 80GB HBM3")):
+        con.execute(
+            "INSERT INTO events SELECT printf('agent-%s-%d', ?, i), ? + i * ?, ? + i * ?, 'metric', "
+            "'demo-cluster', ?, 'rankecho.agent.spool_bytes', NULL, NULL, 0.0, NULL, NULL, "
+            "json_object('rankecho.gpu.model', ?) FROM range(3) t(i)",
+            [node, START_NS - 3600 * 10**9, 3 * 3600 * 10**9, START_NS, 3600 * 10**9, node, model],
+        )
+    out = call(con, "fleet.cluster.get_cost", {})
+    hours_per_gpu = (ROWS - 8) * STEP_NS / 3.6e12
+    assert {r["node_id"]: r["gpus"] for r in out["rows"]} == {"node-a": 4, "node-b": 4}
+    assert out["total_gpu_hours"] == pytest.approx(8 * hours_per_gpu, abs=1e-6)
+    assert out["total_cost"] == pytest.approx(4 * hours_per_gpu * (1.80 + 3.00), rel=1e-6)
+    con.close()
+
+
 def timed_call(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[dict[str, Any], float]:
     """run_analysis and the wall-clock ms the whole tool call took around it."""
     started = time.perf_counter()

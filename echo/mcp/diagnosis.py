@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rankecho.echo.mcp.causes import CATEGORIES, CAUSE_TEXT, next_step
+from rankecho.echo.mcp.coverage import no_data_message
 from rankecho.echo.mcp.sanitize import MAX_ITEMS
-from rankecho.echo.mcp.windows import iso
+from rankecho.echo.mcp.windows import Window, iso
 
 if TYPE_CHECKING:
     from rankecho.echo.mcp.tools import Investigation
@@ -33,16 +35,6 @@ MAX_PEERS = 16
 """Peers whose pre-call windows explain_straggler compares against."""
 MAX_TIMELINE = 200
 """Intervals of the late rank's timeline returned by explain_straggler."""
-CATEGORIES = ("allocator", "slow_gpu", "memcpy", "cpu_contention", "sleeping", "host_compute")
-CAUSE_TEXT = {
-    "allocator": "in cudaMalloc/cudaFree (allocator)",
-    "slow_gpu": "waiting in its own sync for its busy GPU (slow GPU)",
-    "memcpy": "in blocking copies",
-    "cpu_contention": "off the CPU while runnable (CPU contention)",
-    "sleeping": "sleeping off the CPU outside CUDA calls (data loader, I/O or a lock)",
-    "host_compute": "on the CPU in its own code (host compute)",
-}
-"""What each cause class means, in the words the summaries use."""
 
 
 class DiagnosisError(ValueError):
@@ -100,6 +92,7 @@ class Diagnosis:
             )
         return {
             "window": w.describe(),
+            "no_data": None if clusters else no_data_message(self._inv, w, cluster_id),
             "clusters": list(clusters.values()),
             "stragglers": stragglers[:MAX_STRAGGLERS],
             "stragglers_total": len(stragglers),
@@ -147,6 +140,7 @@ class Diagnosis:
                 f"no complete collective of rank {rank} on {node_id} near that call: check node_id and rank "
                 "(fleet.cluster.summary lists them) and pass a causal_chain_id or timestamp_ns from "
                 "find_stragglers"
+                + ("" if ranks else f"; {no_data_message(self._inv, Window(start, end), cluster_id)}")
             )
         before_ns = int(before_ms * 1e6)
         peers = [r for r in ranks if not r["is_target"] and not _late(r)][:MAX_PEERS]
@@ -194,6 +188,8 @@ class Diagnosis:
             "explanation": _explain(
                 node_id, rank, late_ms, target, top, excess, mine, peer_median, before_ms
             ),
+            "next_step": next_step(top, "rank", node_id, rank) if late_ms >= (target["threshold_ms"] or 0)
+            else None,
             "peers_compared": len(peers),
             "timeline": timeline,
             "timeline_truncated": cut,
@@ -238,6 +234,7 @@ def _cluster(row: dict[str, Any]) -> dict[str, Any]:
         "ranks": row["cluster_ranks"],
         "steps": row["steps"],
         "step_ms": _round(row["step_ns"] / 1e6 if row["step_ns"] is not None else None),
+        "step_ms_mean": _round(row["step_ms_actual"]),
         "noise": {
             "median_ms": _round(_ms(row["noise_median_ns"])),
             "sigma_ms": _round(_ms(row["noise_sigma_ns"])),
@@ -283,6 +280,12 @@ def _straggler(
                     "step_ms_if_on_time": _round(row["step_ms_if_on_time"]),
                     "slowdown": _round(row["slowdown"], 4)},
     }  # fmt: skip
+    latest = episodes[-1] if episodes else {}
+    entry["next_step"] = next_step(
+        row["cause"], row["kind"], row["node_id"],
+        row["rank"] if row["rank"] is not None else (latest.get("ranks") or [None])[0],
+        latest.get("causal_chain_id"),
+    )  # fmt: skip
     entry["summary"] = _summary(entry, cluster)
     return entry
 
@@ -296,8 +299,9 @@ def _who(s: dict[str, Any]) -> str:
 def _summary(s: dict[str, Any], cluster: dict[str, Any]) -> str:
     period = s["period"]
     how_often = (
-        "at every step" if period and period["steps"] == 1 else
-        f"every {period['steps']} steps" if period else "irregularly"
+        "irregularly" if not period else
+        ("at every step" if period["steps"] == 1 else f"every {period['steps']} steps")
+        + f", period confidence {period['confidence']:.2f}"
     )  # fmt: skip
     cause = s["cause"]["class"]
     ev = s["cause"]["evidence_ms"]
@@ -308,7 +312,7 @@ def _summary(s: dict[str, Any], cluster: dict[str, Any]) -> str:
     )
     wi = s["what_if"]
     what_if = (
-        f"; without it a step would take {wi['step_ms_if_on_time']:.1f} ms instead of "
+        f"; without it the mean step would take {wi['step_ms_if_on_time']:.1f} ms instead of "
         f"{wi['step_ms_actual']:.1f} ms"
         f" (x{wi['slowdown']:.3f})"
         if wi["step_ms_if_on_time"] and wi["step_ms_actual"] and wi["slowdown"] else ""
@@ -318,7 +322,7 @@ def _summary(s: dict[str, Any], cluster: dict[str, Any]) -> str:
         f"{_who(s)}: {side} the collective a median {s['late_ms']['median']:.1f} ms late at "
         f"{s['episodes_total']} of {cluster['steps']} steps ({how_often}); before each it was mostly "
         f"{CAUSE_TEXT.get(cause, cause)}{evidence}. The other ranks waited {s['imposed_gpu_s']:.2f} GPU-s "
-        f"({s['cost']['cost']:.4f} {s['cost']['currency']}){what_if}."
+        f"({s['cost']['cost']:.4f} {s['cost']['currency']}){what_if}. Next: {s['next_step']}."
     )
 
 

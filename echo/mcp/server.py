@@ -91,7 +91,8 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         of any node, so a node that stopped reporting stands out), ranks (events, last event,
         `behind_newest_s`, most lagging first: a rank stuck in a collective stops reporting), metrics
         with counts, the time range, and `spools`: nodes whose agent still holds points in its disk spool
-        (`spooled_points`, `oldest_age_s`), i.e. data not yet in Echo. Call this first."""
+        (`spooled_points`, `oldest_age_s`), i.e. data not yet in Echo. `no_data` says where data is when
+        the window holds none. Call this first."""
         return _answer(lambda: inv.summary(window))
 
     @mcp.tool(name="fleet.cluster.find_stragglers", annotations=READ_ONLY)
@@ -115,9 +116,11 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         timestamp_ns on the corrected clock, late_by_ms), share of steps, late_ms median/p95/max, period in
         steps with a confidence (1 = every step), cause class (allocator, slow_gpu, memcpy, cpu_contention,
         sleeping, host_compute) with the rank's pre-call time per class against its peers', imposed_gpu_s
-        (GPU-seconds the others waited) and its cost, and what_if (step time had it been on time). Per
-        cluster: the noise level and threshold measured; a healthy job says 'no straggler'. Late episodes
-        too few or small to be told from noise are listed apart under isolated_late_episodes."""
+        (GPU-seconds the others waited) and its cost, what_if (mean step time had it been on time) and
+        next_step (what to do about the cause). Per cluster: the noise level and threshold measured; a
+        healthy job says 'no straggler'. Late episodes too few or small to be told from noise are listed
+        apart under isolated_late_episodes. When the window holds no agent data, no_data says for which
+        clusters and times there is (an empty answer is then not a healthy job)."""
         return _answer(lambda: inv.diagnosis.find_stragglers(window, cluster_id, min_late_ms))
 
     @mcp.tool(name="fleet.cluster.explain_straggler", annotations=READ_ONLY)
@@ -197,7 +200,8 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         GPU, observed from its first to its last event; the rate per GPU-hour comes from the rates file by
         the rankecho.gpu.model attribute (default rate when unknown). Also the cost of the stalls: per
         straggler (as find_stragglers names them), the GPU-seconds the other ranks spent waiting for it
-        times the rate, and that cost projected per day. Returns rows, stalls, totals and currency."""
+        times the rate, and that cost projected per day. Returns rows, stalls, totals and currency;
+        `no_data` says where data is when the window holds no GPU's events."""
         return _answer(lambda: inv.get_cost(window, cluster_id))
 
     @mcp.resource(

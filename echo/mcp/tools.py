@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rankecho.echo.guard import Refused, check_sql, safe_message
+from rankecho.echo.mcp.coverage import no_data_message
 from rankecho.echo.mcp.diagnosis import Diagnosis
 from rankecho.echo.mcp.rates import Rates
 from rankecho.echo.mcp.sanitize import cap_rows, clean_text, json_safe, parse_attrs
@@ -132,6 +133,7 @@ class Investigation:
             entry["events"] += node["events"]
         return {
             "window": w.describe(),
+            "no_data": None if totals["events"] else no_data_message(self, w, None),
             "totals": totals,
             "clusters": list(clusters.values()),
             "nodes": nodes,
@@ -267,6 +269,7 @@ class Investigation:
             total_cost += row["cost"]
         return {
             "window": w.describe(),
+            "no_data": None if rows else no_data_message(self, w, cluster_id),
             "currency": self.rates.currency,
             "rates_source": self.rates.source,
             "default_rate_per_gpu_hour": self.rates.default_per_gpu_hour,

@@ -191,13 +191,15 @@ LIMIT $max_rows;
 -- name: gpu_hours
 -- Observed GPU time per (cluster, node, GPU model): each (node, rank) is one GPU, observed from its
 -- first to its last event in the window; the model is the rankecho.gpu.model attribute (NULL when no
--- event of that GPU carries it).
+-- event of that GPU carries it). The agent's own points (rank NULL: health, spool, self-metrics) are
+-- no GPU: counted, they made a 4-rank node 5 GPUs.
 WITH gpus AS (
     SELECT cluster_id, node_id, rank,
            max(json_extract_string(attrs_json, '$."rankecho.gpu.model"')) AS gpu_model,
            (max(timestamp_ns) - min(timestamp_ns)) / 3.6e12 AS hours
     FROM events
-    WHERE ($start_ns IS NULL OR timestamp_ns >= $start_ns)
+    WHERE rank IS NOT NULL
+      AND ($start_ns IS NULL OR timestamp_ns >= $start_ns)
       AND ($end_ns IS NULL OR timestamp_ns < $end_ns)
       AND ($cluster_id IS NULL OR cluster_id = $cluster_id)
     GROUP BY cluster_id, node_id, rank
@@ -206,4 +208,24 @@ SELECT cluster_id, node_id, gpu_model, count(*) AS gpus, sum(hours) AS gpu_hours
 FROM gpus
 GROUP BY cluster_id, node_id, gpu_model
 ORDER BY cluster_id, node_id, gpu_model
+LIMIT $max_rows;
+
+-- name: data_coverage
+-- Per cluster over the whole store: events of any kind, and the agent data the diagnosis needs
+-- (collective calls traced by `rankecho agent`: count, nodes, ranks, first and last call on the nodes'
+-- clocks). What an empty answer tells its caller is there instead, and for which times.
+WITH ev AS (
+    SELECT cluster_id, count(*) AS events, min(timestamp_ns) AS first_ns, max(timestamp_ns) AS last_ns
+    FROM events GROUP BY cluster_id
+),
+co AS (
+    SELECT cluster_id, count(*) AS collectives, count(DISTINCT node_id) AS nodes,
+           count(DISTINCT (node_id, rank)) AS ranks, min(enter_ns) AS agent_first_ns,
+           max(enter_ns) AS agent_last_ns
+    FROM collectives GROUP BY cluster_id
+)
+SELECT cluster_id, coalesce(ev.events, 0) AS events, coalesce(co.collectives, 0) AS collectives,
+       co.nodes, co.ranks, co.agent_first_ns, co.agent_last_ns, ev.first_ns, ev.last_ns
+FROM ev FULL JOIN co USING (cluster_id)
+ORDER BY collectives DESC, cluster_id
 LIMIT $max_rows;
