@@ -33,7 +33,7 @@ from rankecho.helpfmt import Parser
 from rankecho.showcase_cli import EVALUATE_DESCRIPTION, EVALUATE_EXAMPLES, add_evaluate_arguments
 from rankecho.sim.launcher import LaunchOptions, run_scenario
 from rankecho.sim.procs import LaunchError
-from rankecho.sim.scenario import Scenario, load_scenario
+from rankecho.sim.scenario import Scenario, ScenarioError, load_scenario
 from rankecho.sim.score import Score, periods, predictions_from, score
 
 SCENARIO_SET = Path(__file__).resolve().parent.parent / "sim" / "scenarios" / "diagnosis"
@@ -214,10 +214,20 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """Evaluate ``args.scenarios`` (flags: :func:`rankecho.showcase_cli.add_evaluate_arguments`)."""
     paths = args.scenarios or sorted(SCENARIO_SET.glob("*.yaml"))
+    try:
+        for path in paths:  # every file checked before the first (minutes-long) run
+            load_scenario(path)
+    except ScenarioError as err:
+        print(f"rankecho evaluate: {err}", file=sys.stderr)
+        return exitcodes.USAGE
     results = []
     for path in paths:
         workdir = Path(tempfile.mkdtemp(prefix=f"rankecho-eval-{path.stem}-"))
-        result = evaluate(path, workdir)
+        try:
+            result = evaluate(path, workdir)
+        except LaunchError as err:
+            print(f"rankecho evaluate: {err}", file=sys.stderr)
+            return exitcodes.FAILED
         results.append(result)
         s = result.score
         print(
