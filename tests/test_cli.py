@@ -239,11 +239,11 @@ def test_a_reader_that_goes_away_is_no_traceback(live) -> None:  # type: ignore[
         assert "Traceback" not in err and "BrokenPipeError" not in err, err
 
 
-def test_stress_is_plaintext_by_default_and_says_so_loudly(tmp_path: Path) -> None:
+def test_stress_and_echo_are_plaintext_by_default_and_say_so_loudly(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TEST_TOKEN)
     common = ("--cluster-id", "c", "--events-per-producer", "20", "--retry-deadline", "10", "--quiet")
-    with EchoProcess(tmp_path / "plain.db", token=TEST_TOKEN) as echo:
+    with EchoProcess(tmp_path / "plain.db", token=TEST_TOKEN, log=tmp_path / "echo.log") as echo:
         default = rankecho("stress", "--endpoint", echo.otlp_grpc, "--node-id", "a", *common, env=ENV)
         quiet = rankecho(
             "stress",
@@ -264,6 +264,7 @@ def test_stress_is_plaintext_by_default_and_says_so_loudly(tmp_path: Path) -> No
     assert quiet.returncode == 0, quiet.stderr
     assert json.loads(quiet.stdout.splitlines()[-1])["acked"] == 20
     assert "WARNING" not in quiet.stderr
+    assert "PLAINTEXT: tokens and data cross the network unencrypted" in (tmp_path / "echo.log").read_text()
     unreadable = rankecho(
         "stress",
         "--endpoint",
