@@ -8,20 +8,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rankecho.helpfmt import examples
+from rankecho.shared.clientflags import add_tls_options, add_token_options
+
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--endpoint", default="127.0.0.1:4317", help="Echo's OTLP/gRPC address HOST:PORT")
+    p.add_argument("--endpoint", default="127.0.0.1:4317", metavar="HOST:PORT",
+                   help="Echo's OTLP/gRPC address HOST:PORT")
     p.add_argument("--cluster-id", default=None, help="cluster name (default: $RANKECHO_CLUSTER_ID, else "
                    "k8s.cluster.name in $OTEL_RESOURCE_ATTRIBUTES, else 'default')")
     p.add_argument("--node-id", default=None, help="node name (default: $K8S_NODE_NAME, $NODE_NAME, "
                    "k8s.node.name in $OTEL_RESOURCE_ATTRIBUTES, else the host name)")
-    p.add_argument("--token-file", default=None, help="file holding Echo's bearer token "
-                   "(default: $RANKECHO_TOKEN)")
-    p.add_argument("--insecure", action="store_true", help="plaintext gRPC even with a token")
-    p.add_argument("--tls", action="store_true", help="TLS with the system's root certificates")
-    p.add_argument("--ca-file", default=None, help="CA bundle for Echo's certificate (implies TLS)")
-    p.add_argument("--cert-file", default=None, help="client certificate for mutual TLS")
-    p.add_argument("--key-file", default=None, help="client key for mutual TLS")
+    add_token_options(p)
+    add_tls_options(p)
     p.add_argument("--nccl-lib", action="append", metavar="PATH", help="trace this libnccl file "
                    "(repeatable; default: every libnccl.so* mapped by a process)")
     p.add_argument("--cuda-lib", action="append", metavar="PATH", help="trace this libcudart file "
@@ -29,7 +28,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pid", action="append", type=int, help="trace only these processes (repeatable)")
     p.add_argument("--spool-dir", default=None, help="where batches wait while Echo is unreachable "
                    "(default: /var/lib/rankecho/spool/CLUSTER-NODE)")
-    p.add_argument("--spool-max-mb", type=float, default=256.0, help="spool size bound (oldest dropped)")
+    p.add_argument("--spool-max-mb", type=float, default=256.0, help="spool bound, MiB (oldest dropped)")
     p.add_argument("--scan-interval", type=float, default=2.0, help="seconds between /proc re-scans")
     p.add_argument("--shutdown-grace", type=float, default=10.0, help="seconds the agent keeps sending "
                    "its spool after SIGTERM before leaving the rest for its next start (keep the pod's "
@@ -39,7 +38,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="TESTING ONLY: add this to every timestamp, to simulate a skewed node clock")
     p.add_argument("--ready-file", default=None, help="created once probes are attached")
     p.add_argument("--proc-root", default="/proc", help=argparse.SUPPRESS)
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -81,13 +80,32 @@ def _check(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``rankecho agent`` (run the node agent) and ``rankecho agent check`` (readiness)."""
-    p = subparsers.add_parser("agent", help="run the per-node eBPF agent (root)",
-                              description="Trace NCCL, CUDA runtime and scheduler events of every "
-                              "training process on this node and send them to Echo over OTLP/gRPC.")
+    p = subparsers.add_parser(
+        "agent", help="run the per-node eBPF agent (root)",
+        description="Trace NCCL, CUDA runtime and scheduler events of every training process on this node "
+        "and send them to Echo over OTLP/gRPC (plaintext unless --tls or --ca-file; needs root). Run "
+        "'rankecho agent check' first on a new node.",
+        epilog=examples(
+            "sudo RANKECHO_TOKEN=$(cat token) rankecho agent --endpoint echo:4317 --cluster-id job-42",
+            "sudo rankecho agent --endpoint echo:4317 --ca-file ca.pem --token-file /etc/rankecho/token",
+            "sudo rankecho agent check",
+        ),
+    )  # fmt: skip
     _add_run_options(p)
     p.set_defaults(handler=_run)
     sub = p.add_subparsers(dest="agent_command", metavar="{check}")
-    chk = sub.add_parser("check", help="check this node can run the agent; prints the fix for each gap")
-    chk.add_argument("--nccl-lib", action="append", metavar="PATH")
-    chk.add_argument("--cuda-lib", action="append", metavar="PATH")
+    chk = sub.add_parser(
+        "check", help="check this node can run the agent; prints the fix for each gap",
+        description="Check, without attaching anything, that this node can run the agent: privileges "
+        "(root, or CAP_BPF + CAP_PERFMON), BTF, tracefs, the bcc bindings, kernel headers, the NCCL and CUDA "
+        "runtime libraries to trace (those running processes map, or the files given) and their probe "
+        "cost, NVML. Prints one line per check, with the fix for each gap, then 'ready' or 'not ready'; "
+        "exits 0 when every required check passes, 1 otherwise.",
+        epilog=examples("sudo rankecho agent check",
+                        "sudo rankecho agent check --nccl-lib /opt/nccl/lib/libnccl.so.2"),
+    )  # fmt: skip
+    chk.add_argument("--nccl-lib", action="append", metavar="PATH",
+                     help="check this libnccl file (repeatable; default: those running processes map)")
+    chk.add_argument("--cuda-lib", action="append", metavar="PATH",
+                     help="check this libcudart file (repeatable; default: those running processes map)")
     chk.set_defaults(handler=_check)

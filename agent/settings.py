@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from rankecho.agent import resource
 from rankecho.agent.probes import ProbeConfig
 from rankecho.shared import contract as c
+from rankecho.shared.clientflags import read_token
 
 DEFAULT_SPOOL_ROOT = "/var/lib/rankecho/spool"
 LOOPBACK_HOSTS = ("127.", "localhost", "[::1]", "::1")
@@ -49,10 +50,7 @@ class Settings:
 
 
 def _token(args: argparse.Namespace, env: Mapping[str, str]) -> str:
-    if args.token_file:
-        with open(args.token_file) as f:
-            return f.read().strip()
-    return env.get("RANKECHO_TOKEN", "").strip()
+    return read_token(args.token_file, env) or ""
 
 
 def from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:

@@ -152,6 +152,9 @@ class Echo:
             log.warning(
                 "AUTHENTICATION IS OFF (--insecure-no-auth): anyone who can reach Echo can write to it"
             )
+        if s.tls_files() is None:  # the same default as every rankecho client: plaintext, said loudly
+            log.warning("PLAINTEXT: tokens and data cross the network unencrypted; serve TLS with --tls-cert "
+                        "and --tls-key (clients then pass --tls or --ca-file)")  # fmt: skip
         if s.otlp_grpc is not None:
             run.grpc_server, port = start_grpc(ingest, auth, s.otlp_grpc, s.tls_pair(), s.grpc_workers)
             self.grpc_address = connect_address(s.otlp_grpc.host, port)

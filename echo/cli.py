@@ -11,6 +11,11 @@ from typing import Any
 
 from rankecho.echo.mcp import cli as mcp_cli
 from rankecho.echo.settings import ANALYSIS_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT, QUERY_MEMORY_LIMIT
+from rankecho.helpfmt import DeprecatedAlias, examples
+from rankecho.shared.clientflags import MCP_TOKEN_ENV, TOKEN_ENV
+
+MCP_URL_HELP = "a running Echo's MCP URL, e.g. http://echo:8000/mcp"
+MCP_TOKEN_HELP = f"MCP bearer token for --mcp-url (default: ${MCP_TOKEN_ENV}, else ${TOKEN_ENV})"
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -31,12 +36,41 @@ def _diagnose(args: argparse.Namespace) -> int:
     return main(args)
 
 
+def _explain(args: argparse.Namespace) -> int:
+    from rankecho.echo.explain_cmd import main
+
+    return main(args)
+
+
+def _add_source(p: argparse.ArgumentParser, db_help: str) -> Any:
+    """``--db FILE`` or ``--mcp-url URL`` (one of them), the MCP token file, and the limits of both;
+    returns the group, for a deprecated spelling of one of them."""
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--db", metavar="FILE", help=db_help)
+    source.add_argument("--mcp-url", metavar="URL", help=MCP_URL_HELP)
+    p.add_argument("--token-file", metavar="FILE", help=MCP_TOKEN_HELP)
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="stop after S seconds")
+    p.add_argument(
+        "--memory-limit",
+        default=QUERY_MEMORY_LIMIT,
+        metavar="SIZE",
+        help="most memory the query may use (with --db; a running Echo uses its own limits)",
+    )
+    return source
+
+
 def add_serve(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "serve",
         help="run Echo: OTLP receivers into one DuckDB store",
         description="Run Echo. Prints one JSON line with the bound addresses when every listener is up; "
-        "logs go to stderr. SIGTERM drains the queue and commits before exit.",
+        "logs go to stderr. SIGTERM drains the queue and commits before exit. Plaintext unless --tls-cert "
+        "and --tls-key are given.",
+        epilog=examples(
+            "RANKECHO_TOKEN=$(cat token) rankecho serve --db /var/lib/rankecho/echo.db",
+            "rankecho serve --db echo.db --token-file token --tls-cert cert.pem --tls-key key.pem",
+            "rankecho serve --db /tmp/try.db --insecure-no-auth --otlp-grpc 127.0.0.1:0",
+        ),
     )
     p.add_argument("--db", required=True, help="DuckDB store file (created if missing)")
     p.add_argument(
@@ -93,7 +127,7 @@ def add_serve(subparsers: Any) -> None:
         default=DEFAULT_MEMORY_LIMIT,
         metavar="SIZE",
         help="DuckDB memory limit for the store, writer and queries together (e.g. 4GB, 512MiB; "
-        f"default {DEFAULT_MEMORY_LIMIT}; DuckDB's own default would be 80%% of RAM)",
+        f"default: {DEFAULT_MEMORY_LIMIT}; DuckDB's own default would be 80%% of RAM)",
     )
     p.add_argument(
         "--analysis-memory-limit",
@@ -107,7 +141,7 @@ def add_serve(subparsers: Any) -> None:
         type=int,
         default=2,
         metavar="N",
-        help="run_analysis queries that run at once, each in its own worker process (default 2)",
+        help="run_analysis queries that run at once, each in its own worker process",
     )
     p.set_defaults(handler=_serve)
 
@@ -115,19 +149,19 @@ def add_serve(subparsers: Any) -> None:
 def add_query(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "query",
-        help="run one read-only SQL statement on a store no Echo holds",
-        description="Run one read-only SQL statement on a DuckDB store file that no running Echo holds.",
+        help="run one guarded read-only SQL statement on a store file or through a running Echo",
+        description="Run one read-only SQL statement (the guard of fleet.cluster.run_analysis) on a DuckDB "
+        "store file that no running Echo holds (--db), or through a running Echo's run_analysis MCP tool "
+        "(--mcp-url; at most 10,000 rows).",
+        epilog=examples(
+            "rankecho query --db echo.db 'SELECT node_id, count(*) FROM events GROUP BY node_id'",
+            "rankecho query --mcp-url http://127.0.0.1:8000/mcp --token-file token --json "
+            "'SELECT count(*) FROM events'",
+        ),
     )
-    p.add_argument("--db", required=True, help="DuckDB store file")
+    _add_source(p, "DuckDB store file no Echo holds")
     p.add_argument("--json", action="store_true", help="print {columns, rows, truncated} as JSON")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="stop the query after S seconds")
     p.add_argument("--max-rows", type=int, default=10_000, metavar="N", help="print at most N rows")
-    p.add_argument(
-        "--memory-limit",
-        default=QUERY_MEMORY_LIMIT,
-        metavar="SIZE",
-        help=f"most memory the query's worker process may use (default {QUERY_MEMORY_LIMIT})",
-    )
     p.add_argument("sql", help="one SELECT statement")
     p.set_defaults(handler=_query)
 
@@ -138,12 +172,16 @@ def add_diagnose(subparsers: Any) -> None:
         help="name the rank (or node) that held the others back: how late, how often, why, what it cost",
         description="The straggler diagnosis (fleet.cluster.find_stragglers) for a terminal: one paragraph "
         "per straggler, then a table; --json for scripts. From a store file no Echo holds (--db) or from a "
-        "running Echo over MCP (--endpoint).",
+        "running Echo over MCP (--mcp-url). Then rankecho explain shows one late call.",
+        epilog=examples(
+            "rankecho diagnose --db echo.db --window 'last 10m'",
+            "RANKECHO_TOKEN=$(cat token) rankecho diagnose --mcp-url http://echo:8000/mcp --cluster-id j42",
+            "rankecho diagnose --db echo.db --json | jq '.stragglers[0]'",
+        ),
     )
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--db", metavar="FILE", help="a store file no Echo holds (opened read-only)")
+    source = _add_source(p, "a store file no Echo holds (opened read-only)")
     source.add_argument(
-        "--endpoint", metavar="URL", help="a running Echo's MCP URL, e.g. http://echo:8000/mcp"
+        "--endpoint", action=DeprecatedAlias, replacement="--mcp-url", dest="mcp_url", metavar="URL"
     )
     p.add_argument("--window", help="'last 10m', 'START/END' (ISO-8601) or '14:30-14:35' (default: all data)")
     p.add_argument("--cluster-id", help="only this cluster")
@@ -154,21 +192,33 @@ def add_diagnose(subparsers: Any) -> None:
         help="report only lateness of at least MS (default: the noise)",
     )
     p.add_argument("--json", action="store_true", help="print the whole answer as JSON")
-    p.add_argument(
-        "--token-file",
-        metavar="FILE",
-        help="MCP bearer token for --endpoint (else $RANKECHO_MCP_TOKEN, $RANKECHO_TOKEN)",
-    )
-    p.add_argument(
-        "--timeout", type=float, default=60.0, metavar="S", help="stop after S seconds (default 60)"
-    )
-    p.add_argument(
-        "--memory-limit",
-        default=QUERY_MEMORY_LIMIT,
-        metavar="SIZE",
-        help=f"with --db (default {QUERY_MEMORY_LIMIT})",
-    )
     p.set_defaults(handler=_diagnose)
+
+
+def add_explain(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "explain",
+        help="show what one late rank did just before one collective, against its peers",
+        description="One late call explained (fleet.cluster.explain_straggler): the rank's time per cause "
+        "in the --before-ms before it entered the collective against its on-time peers' median, the "
+        "excess, the dominant cause, its timeline and every rank's lateness. Take --node-id, --rank and "
+        "--causal-chain-id (or --timestamp-ns) from rankecho diagnose --json. From a store file no Echo "
+        "holds (--db) or a running Echo over MCP (--mcp-url).",
+        epilog=examples(
+            "rankecho explain --db echo.db --node-id node-b --rank 5 --causal-chain-id 'c0:137'",
+            "rankecho explain --mcp-url http://echo:8000/mcp --token-file token --node-id node-b --rank 5 "
+            "--timestamp-ns 1733300000123456789 --json",
+        ),
+    )
+    _add_source(p, "a store file no Echo holds (opened read-only)")
+    p.add_argument("--node-id", required=True, help="the late rank's node")
+    p.add_argument("--rank", type=int, required=True, help="the late rank")
+    p.add_argument("--causal-chain-id", metavar="ID", help="the late collective, as diagnose lists it")
+    p.add_argument("--timestamp-ns", type=int, metavar="NS", help="or the time of the late call")
+    p.add_argument("--before-ms", type=float, default=500.0, metavar="MS", help="how far back to look")
+    p.add_argument("--cluster-id", help="only this cluster")
+    p.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+    p.set_defaults(handler=_explain)
 
 
 def register(subparsers: Any) -> None:
@@ -176,4 +226,5 @@ def register(subparsers: Any) -> None:
     add_serve(subparsers)
     add_query(subparsers)
     add_diagnose(subparsers)
+    add_explain(subparsers)
     mcp_cli.register(subparsers)

@@ -1,10 +1,14 @@
-"""``rankecho query``: one read-only statement on a store file that no Echo holds.
+"""``rankecho query``: one read-only statement on a store file that no Echo holds (``--db``), or through a
+running Echo's ``fleet.cluster.run_analysis`` MCP tool (``--mcp-url``; the same guard and sandbox run
+inside that Echo, with its limits; token as for ``rankecho diagnose``: :mod:`rankecho.echo.ask`).
 
-Runs like ``fleet.cluster.run_analysis``: the SQL guard (:func:`rankecho.echo.guard.check_sql`), then one
-analysis worker process (:class:`rankecho.echo.sandbox.Sandbox`) that attaches the store read-only in a sealed
-instance (no file, URL or extension; settings locked) under a hard memory cap (``--memory-limit``) and
-a deadline. Errors are printed with the same masking as MCP (:func:`echo.guard.safe_message`: no paths).
-Exit codes: 0 ok, 1 query refused or failed (or a bad ``--memory-limit``), 3 store held by a running Echo.
+With ``--db`` it runs like ``fleet.cluster.run_analysis``: the SQL guard
+(:func:`rankecho.echo.guard.check_sql`), then one analysis worker process
+(:class:`rankecho.echo.sandbox.Sandbox`) that attaches the store read-only in a sealed instance (no file,
+URL or extension; settings locked) under a hard memory cap (``--memory-limit``) and a deadline. Errors
+are printed with the same masking as MCP (:func:`echo.guard.safe_message`: no paths).
+Exit codes (:mod:`rankecho.exitcodes`): 0 ok, 1 query refused or failed (or a bad ``--memory-limit``,
+an unreachable Echo), 3 store held by a running Echo (ask it with ``--mcp-url``).
 
 Usage::
 
@@ -20,11 +24,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rankecho import exitcodes
+from rankecho.echo.ask import AskError, ask_endpoint, held_message, mcp_token
 from rankecho.echo.guard import Refused, check_sql, safe_message
 from rankecho.echo.sandbox import Sandbox, SandboxLimits
 from rankecho.echo.settings import QUERY_MEMORY_LIMIT, SettingsError, memory_limit_bytes
 from rankecho.echo.store.lock import is_locked, read_holder
 from rankecho.echo.store.reader import QueryError, QueryResult, QueryTimeoutError
+
+TOOL = "fleet.cluster.run_analysis"
+MCP_MAX_ROWS = 10_000
+"""The most rows ``run_analysis`` returns in one answer (its ``limit``'s bound)."""
 
 
 def _jsonable(value: Any) -> Any:
@@ -61,29 +71,49 @@ def run_query(
         sandbox.close()
 
 
-def main(args: argparse.Namespace) -> int:
+def run_remote(url: str, token: str | None, sql: str, timeout_s: float, max_rows: int) -> QueryResult:
+    """Run one statement through a running Echo's run_analysis tool; its answer as a :class:`QueryResult`."""
+    answer = ask_endpoint(url, token, TOOL, {"sql": sql, "limit": min(max_rows, MCP_MAX_ROWS)}, timeout_s)
+    columns = list(answer["columns"])
+    rows = [tuple(row.get(c) for c in columns) for row in answer["rows"]]
+    cut = bool(answer["truncated"])
+    return QueryResult(columns, rows, cut, "the row limit" if cut else None, float(answer["elapsed_ms"]))
+
+
+def _local(args: argparse.Namespace) -> QueryResult | int:
+    """The result from ``--db``, or the exit code when the store cannot be read here."""
     db = Path(args.db)
     if not db.exists():
         print(
             f"rankecho query: {db} does not exist: pass the store file Echo was started with", file=sys.stderr
         )
-        return 1
+        return exitcodes.FAILED
     if is_locked(db):
-        print(
-            f"rankecho query: {db} is held by a running Echo (pid {read_holder(db)}); query it through "
-            "Echo's MCP run_analysis tool, or stop that Echo first",
-            file=sys.stderr,
-        )
-        return 3
+        print(held_message("query", db, read_holder(db)), file=sys.stderr)
+        return exitcodes.STORE_HELD
+    memory_limit_bytes(args.memory_limit, "--memory-limit")
+    return run_query(db, args.sql, args.timeout, args.max_rows, args.memory_limit)
+
+
+def main(args: argparse.Namespace) -> int:
     try:
-        memory_limit_bytes(args.memory_limit, "--memory-limit")
-        result = run_query(db, args.sql, args.timeout, args.max_rows, args.memory_limit)
+        if args.mcp_url:
+            result: QueryResult | int = run_remote(
+                args.mcp_url, mcp_token(args.token_file), args.sql, args.timeout, args.max_rows
+            )
+        else:
+            result = _local(args)
     except (Refused, QueryError, QueryTimeoutError, SettingsError, FileNotFoundError) as exc:
         print(f"rankecho query: {safe_message(exc, 2000)}", file=sys.stderr)
-        return 1
+        return exitcodes.FAILED
+    except (AskError, OSError, ValueError) as exc:
+        print(f"rankecho query: {exc}", file=sys.stderr)
+        return exitcodes.FAILED
+    if isinstance(result, int):
+        return result
     if args.json:
         rows = [[_jsonable(v) for v in row] for row in result.rows]
         print(json.dumps({"columns": result.columns, "rows": rows, "truncated": result.truncated}))
     else:
         print(format_table(result))
-    return 0
+    return exitcodes.OK

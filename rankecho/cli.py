@@ -3,24 +3,40 @@
 Each package named in ``SUBCOMMAND_MODULES`` exposes ``register(subparsers)``, which adds its subcommands
 and sets ``handler`` (a callable taking the parsed namespace and returning an exit code). Those modules
 import only argparse-level code, so ``rankecho --help`` stays fast; heavy imports happen in handlers.
+Every parser is a :class:`rankecho.helpfmt.Parser` (defaults shown, examples kept as written). What is
+handled here once for every command: Ctrl-C (exit 130) and a reader that goes away (``rankecho diagnose
+| head``: no traceback, exit 141 like any Unix tool killed by SIGPIPE). docs/cli.md lists the commands.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
-from rankecho import __version__
+from rankecho import __version__, exitcodes
+from rankecho.helpfmt import Parser, examples
 
-SUBCOMMAND_MODULES = ("rankecho.echo.cli", "rankecho.stress.cli", "rankecho.agent.cli", "rankecho.sim.cli")
+SUBCOMMAND_MODULES = (
+    "rankecho.echo.cli",
+    "rankecho.stress.cli",
+    "rankecho.agent.cli",
+    "rankecho.sim.cli",
+    "rankecho.showcase_cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="rankecho",
         description="Find the GPU rank that stalls a distributed job when every host looks healthy.",
+        epilog=examples(
+            "rankecho serve --db echo.db --token-file token",
+            "rankecho diagnose --mcp-url http://127.0.0.1:8000/mcp --token-file token",
+            "rankecho COMMAND --help",
+        ),
     )
     parser.add_argument("--version", action="version", version=f"rankecho {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -28,6 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(module_name)
         module.register(subparsers)
     return parser
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader of stdout went away (``| head``): point stdout at /dev/null so the interpreter's last
+    flush cannot raise again (the Python docs' recipe), and exit as a SIGPIPE-killed tool would."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return exitcodes.BROKEN_PIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,8 +66,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)
-        return 2
+        return exitcodes.USAGE
     try:
-        return int(handler(args) or 0)
+        code = int(handler(args) or exitcodes.OK)
+        sys.stdout.flush()  # inside the try: a closed pipe often shows only at this last flush
+        return code
     except KeyboardInterrupt:
-        return 130
+        return exitcodes.INTERRUPTED
+    except BrokenPipeError:
+        return _quiet_broken_pipe()

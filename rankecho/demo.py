@@ -10,12 +10,13 @@ event, a straggler every 100th); stop Echo (SIGTERM drains and commits); run the
 
 Usage::
 
-    python -m rankecho.demo [--part fanin|straggler|all] [--keep PATH]
+    rankecho demo [--part fanin|straggler|all] [--keep PATH]   # or: python -m rankecho.demo ...
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import secrets
 import shutil
 import sys
@@ -25,7 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rankecho import exitcodes
 from rankecho.echo.report import text_table
+from rankecho.helpfmt import Parser
+from rankecho.showcase_cli import DEMO_DESCRIPTION, DEMO_EXAMPLES, add_demo_arguments
 
 CLUSTER = "demo-cluster"
 NODES = ("node-a100", "node-h100")
@@ -104,27 +108,26 @@ def run_demo(workdir: Path, keep: Path | None) -> int:
     elapsed = time.monotonic() - started
     if failures:
         print(f"\nVERDICT: FAIL ({len(failures)} check(s) failed: {'; '.join(failures)}) in {elapsed:.1f} s")
-        return 1
+        return exitcodes.FAILED
     print(
         f"\nVERDICT: PASS: {total:,}/{len(NODES) * EVENTS_PER_NODE:,} events landed from {len(NODES)} nodes, "
         f"{chains} causal chains intact, {sum(stragglers.values())} stragglers found exactly where planted "
         f"({elapsed:.1f} s)"
     )
-    return 0
+    return exitcodes.OK
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Run the parts ``args.part`` names (flags: :func:`rankecho.showcase_cli.add_demo_arguments`)."""
     from rankecho.demo_straggler import run_straggler_demo
 
-    parser = argparse.ArgumentParser(prog="python -m rankecho.demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keep", type=Path, help="copy the fan-in DB here (e.g. /tmp/echo-fanin-demo.db)")
-    parser.add_argument(
-        "--part",
-        choices=("fanin", "straggler", "all"),
-        default="all",
-        help="fanin: the fan-in proof; straggler: sim + eBPF agents + MCP investigation (root); all: both",
-    )
-    args = parser.parse_args(argv)
+    if importlib.util.find_spec("bench") is None:
+        print(
+            "rankecho demo: the demo drives the repository's bench/ launchers: run it from a rankecho "
+            "source checkout (cd rankecho && make demo)",
+            file=sys.stderr,
+        )
+        return exitcodes.USAGE
     parts = {"fanin": ["fanin"], "straggler": ["straggler"], "all": ["fanin", "straggler"]}[args.part]
     codes = []
     for part in parts:
@@ -134,9 +137,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 code = run_demo(Path(tmp), args.keep) if part == "fanin" else run_straggler_demo(Path(tmp))
             except Exception as err:  # the demo's last line must say what went wrong
                 print(f"\nVERDICT: FAIL: {type(err).__name__}: {err}", file=sys.stdout)
-                code = 1
+                code = exitcodes.FAILED
         codes.append(code)
     return max(codes)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m rankecho.demo``: the same flags as ``rankecho demo``."""
+    parser = Parser(prog="python -m rankecho.demo", description=DEMO_DESCRIPTION, epilog=DEMO_EXAMPLES)
+    add_demo_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

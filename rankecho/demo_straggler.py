@@ -3,7 +3,7 @@ node, one Echo, and an MCP client that asks which rank held the others back, how
 it cost.
 
 Steps: start ``rankecho serve`` (OTLP + MCP over HTTP, bearer token); run ``rankecho sim`` on
-``sim/scenarios/seed-rank5.yaml`` with ``--agent-endpoint`` (each node's agent attaches uprobes to that
+``sim/scenarios/seed-rank5.yaml`` with ``--endpoint`` (each node's agent attaches uprobes to that
 node's copy of the fake libnccl/libcudart before its ranks start), with node-h100's clock set 40 ms
 ahead; then, as an AI agent would, call ``fleet.cluster.find_stragglers`` and
 ``fleet.cluster.explain_straggler`` on its first episode, and score the answer against the simulator's
@@ -102,7 +102,7 @@ def run_straggler_demo(workdir: Path) -> int:
               f"node-h100's clock {SKEW_MS:g} ms ahead")  # fmt: skip
         sim = subprocess.run(
             [sys.executable, "-m", "rankecho", "sim", str(scenario), "--steps", str(STEPS),
-             "--agent-endpoint", echo.otlp_grpc, "--token", token,
+             "--endpoint", echo.otlp_grpc, "--token", token,
              "--ground-truth", str(truth_path), "--run-dir", str(workdir / "run")],
             check=False,
         )  # fmt: skip

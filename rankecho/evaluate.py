@@ -7,8 +7,8 @@ episodes of at least that lateness, see :mod:`rankecho.sim.score`), and with no 
 gets by default: on a healthy scenario it must name nobody). Needs root, bcc and tracefs, like the
 agent. Usage::
 
-    python -m rankecho.evaluate                    # the whole set in sim/scenarios/diagnosis/
-    python -m rankecho.evaluate sim/scenarios/diagnosis/whole-node.yaml --markdown
+    rankecho evaluate                    # the whole set in sim/scenarios/diagnosis/
+    rankecho evaluate sim/scenarios/diagnosis/whole-node.yaml --markdown
 """
 
 from __future__ import annotations
@@ -23,14 +23,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rankecho import exitcodes
 from rankecho.echo.app import Echo
 from rankecho.echo.mcp.diagnosis import EPISODES_LIMIT
 from rankecho.echo.mcp.rates import load_rates
 from rankecho.echo.mcp.tools import Investigation
 from rankecho.echo.settings import HostPort, Settings
+from rankecho.helpfmt import Parser
+from rankecho.showcase_cli import EVALUATE_DESCRIPTION, EVALUATE_EXAMPLES, add_evaluate_arguments
 from rankecho.sim.launcher import LaunchOptions, run_scenario
 from rankecho.sim.procs import LaunchError
-from rankecho.sim.scenario import Scenario, load_scenario
+from rankecho.sim.scenario import Scenario, ScenarioError, load_scenario
 from rankecho.sim.score import Score, periods, predictions_from, score
 
 SCENARIO_SET = Path(__file__).resolve().parent.parent / "sim" / "scenarios" / "diagnosis"
@@ -200,17 +203,31 @@ def markdown(results: list[ScenarioResult]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rankecho.evaluate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("scenarios", nargs="*", type=Path, help="scenario files (default: the whole set)")
-    parser.add_argument("--markdown", action="store_true", help="print the score table as Markdown")
-    parser.add_argument("--json", type=Path, metavar="OUT", help="write every result as JSON")
-    parser.add_argument("--keep", action="store_true", help="keep each run's directory and store")
-    args = parser.parse_args(argv)
+    """``python -m rankecho.evaluate``: the same flags as ``rankecho evaluate``."""
+    parser = Parser(
+        prog="python -m rankecho.evaluate", description=EVALUATE_DESCRIPTION, epilog=EVALUATE_EXAMPLES
+    )
+    add_evaluate_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Evaluate ``args.scenarios`` (flags: :func:`rankecho.showcase_cli.add_evaluate_arguments`)."""
     paths = args.scenarios or sorted(SCENARIO_SET.glob("*.yaml"))
+    try:
+        for path in paths:  # every file checked before the first (minutes-long) run
+            load_scenario(path)
+    except ScenarioError as err:
+        print(f"rankecho evaluate: {err}", file=sys.stderr)
+        return exitcodes.USAGE
     results = []
     for path in paths:
         workdir = Path(tempfile.mkdtemp(prefix=f"rankecho-eval-{path.stem}-"))
-        result = evaluate(path, workdir)
+        try:
+            result = evaluate(path, workdir)
+        except LaunchError as err:
+            print(f"rankecho evaluate: {err}", file=sys.stderr)
+            return exitcodes.FAILED
         results.append(result)
         s = result.score
         print(
@@ -227,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
     print(markdown(results) if args.markdown else "\n".join(verdicts(results)) or "every target met")
-    return 0 if not verdicts(results) else 1
+    return exitcodes.OK if not verdicts(results) else exitcodes.FAILED
 
 
 if __name__ == "__main__":

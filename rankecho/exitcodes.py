@@ -16,3 +16,6 @@ STORE_HELD = 3
 """The store is held by another process (a running Echo): stop it or read through it (--mcp-url)."""
 INTERRUPTED = 130
 """Stopped by Ctrl-C before the work finished."""
+BROKEN_PIPE = 141
+"""The reader of stdout went away (``rankecho diagnose | head``): 128 + SIGPIPE, as the shell reports a
+tool killed by a broken pipe; no traceback is printed."""

@@ -32,7 +32,7 @@ RETRYABLE = frozenset(
 
 FIXES = {
     grpc.StatusCode.UNAUTHENTICATED: "Echo rejected the token: give the producer Echo's token "
-    "(agent: RANKECHO_TOKEN or --token-file; stress: --token)",
+    "(RANKECHO_TOKEN or --token-file)",
     grpc.StatusCode.PERMISSION_DENIED: "Echo refused this producer: check the token's permissions",
     grpc.StatusCode.UNIMPLEMENTED: "the endpoint is not an OTLP metrics receiver: check the endpoint",
 }

@@ -78,6 +78,18 @@ class Target:
         return grpc.secure_channel(self.address, credentials, options, compression)
 
 
+def tls_mismatch_hint(details: str, insecure: bool) -> str:
+    """``details`` of a failed call, with the flag to use when client and Echo disagree on TLS: a TLS
+    client gets ``WRONG_VERSION_NUMBER`` from a plaintext Echo; a plaintext client's connection to a TLS
+    Echo is just closed (``Socket closed``)."""
+    if not insecure and "WRONG_VERSION_NUMBER" in details:
+        return (f"{details} (Echo answers in plaintext: drop --tls/--ca-file, or start Echo with "
+                "--tls-cert and --tls-key)")  # fmt: skip
+    if insecure and "Socket closed" in details:
+        return f"{details} (if Echo serves TLS (--tls-cert), pass --tls, or --ca-file FILE for a private CA)"
+    return details
+
+
 @dataclass(frozen=True)
 class Outcome:
     """One attempt's result. ``rejected`` counts points Echo refused for good (partial success);
@@ -117,7 +129,7 @@ class MetricsClient:
             call = err if isinstance(err, grpc.Call) else None
             code = call.code() if call else None
             delay = retry_delay_from(call.trailing_metadata()) if call else None
-            details = (call.details() if call else None) or str(err)
+            details = tls_mismatch_hint((call.details() if call else None) or str(err), self.target.insecure)
             return Outcome(False, code=code, server_delay_s=delay, message=details)
         rejected = int(response.partial_success.rejected_data_points)
         return Outcome(True, rejected=rejected, message=response.partial_success.error_message)

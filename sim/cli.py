@@ -6,13 +6,22 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rankecho import exitcodes
+from rankecho.helpfmt import DeprecatedAlias, examples
+from rankecho.shared.clientflags import add_token_options
+
 
 def register(subparsers: Any) -> None:
     """Add this package's subcommands to the `rankecho` parser."""
     p = subparsers.add_parser(
         "sim",
         help="run a simulated GPU cluster (fake libcudart/libnccl, one process per rank)",
-        description="Launch nodes x ranks of simrank processes from a scenario file; see docs/sim.md.",
+        description="Launch nodes x ranks of simrank processes from a scenario file; see docs/sim.md. "
+        "With --endpoint, one rankecho agent per node traces them and sends to that Echo (root).",
+        epilog=examples(
+            "rankecho sim sim/scenarios/seed-rank5.yaml --ground-truth truth.json",
+            "sudo rankecho sim sim/scenarios/seed-rank5.yaml --endpoint 127.0.0.1:4317 --token-file token",
+        ),
     )
     p.add_argument("scenario", type=Path, help="scenario YAML (e.g. sim/scenarios/seed-rank5.yaml)")
     p.add_argument(
@@ -25,14 +34,18 @@ def register(subparsers: Any) -> None:
         help="where node libraries and rank logs go (default: a new temporary directory)",
     )
     p.add_argument(
-        "--agent-endpoint",
+        "--endpoint",
         metavar="HOST:PORT",
-        help="start one rankecho agent per node, exporting to this Echo endpoint",
+        help="start one rankecho agent per node, exporting to this Echo's OTLP/gRPC HOST:PORT",
     )
     p.add_argument(
-        "--token",
-        help="bearer token for the agents, passed as RANKECHO_TOKEN (default: inherit RANKECHO_TOKEN)",
+        "--agent-endpoint",
+        action=DeprecatedAlias,
+        replacement="--endpoint",
+        dest="endpoint",
+        metavar="HOST:PORT",
     )
+    add_token_options(p, token_flag=True)
     p.add_argument("--steps", type=int, help="override the scenario's step count")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop everything after this long")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -40,8 +53,10 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import os
     import sys
 
+    from rankecho.shared.clientflags import TokenFileError, read_token
     from rankecho.sim.launcher import LaunchOptions, run_scenario
     from rankecho.sim.procs import LaunchError
     from rankecho.sim.scenario import ScenarioError, load_scenario
@@ -52,14 +67,15 @@ def _run(args: argparse.Namespace) -> int:
             if args.steps < 1:
                 raise ScenarioError("--steps must be at least 1")
             scenario = scenario.with_steps(args.steps)
-    except ScenarioError as e:
+        token = read_token(args.token_file, os.environ, token=args.token)
+    except (ScenarioError, TokenFileError) as e:
         print(f"rankecho sim: {e}", file=sys.stderr)
-        return 2
+        return exitcodes.USAGE
     opts = LaunchOptions(
         run_dir=args.run_dir,
         ground_truth=args.ground_truth,
-        agent_endpoint=args.agent_endpoint,
-        token=args.token,
+        agent_endpoint=args.endpoint,
+        token=token,
         timeout_s=args.timeout,
         progress=None if args.quiet else sys.stderr,
     )
@@ -67,4 +83,4 @@ def _run(args: argparse.Namespace) -> int:
         return run_scenario(scenario, opts).returncode
     except LaunchError as e:
         print(f"rankecho sim: {e}", file=sys.stderr)
-        return 1
+        return exitcodes.FAILED

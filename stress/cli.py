@@ -8,7 +8,17 @@ import sys
 import time
 from typing import Any
 
-TOKEN_ENV = "RANKECHO_TOKEN"
+from rankecho import exitcodes
+from rankecho.helpfmt import examples
+from rankecho.shared.clientflags import (
+    TOKEN_ENV,
+    TokenFileError,
+    add_tls_options,
+    add_token_options,
+    plaintext_warning,
+    read_token,
+    tls_wanted,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -18,22 +28,29 @@ def register(subparsers: Any) -> None:
         description=(
             "P concurrent producers send E events each over OTLP/gRPC. Producer p reports as node "
             "<node-id>-<p> (or <node-id> when P is 1). Stream index i (0-based over all producers, "
-            "producer p owning the block p*E..p*E+E-1) is a causal-chain marker when i %% chain-every == 0 "
-            "and a straggler (health < 0.4) when i > 0 and i %% straggler-every == 0. "
-            "The last stdout line is JSON: sent, acked, failed, elapsed_s, eps."
+            "producer p owning the block p*E..p*E+E-1) is a causal-chain marker when i % chain-every == 0 "
+            "and a straggler (health < 0.4) when i > 0 and i % straggler-every == 0. "
+            "The last stdout line is JSON: sent, acked, failed, elapsed_s, eps. Plaintext gRPC unless "
+            "--tls or --ca-file asks for TLS (like the agent)."
+        ),
+        epilog=examples(
+            "RANKECHO_TOKEN=$(cat token) rankecho stress --endpoint 127.0.0.1:4317 --cluster-id c1 "
+            "--node-id node-a --producers 4 --insecure",
+            "rankecho stress --endpoint echo:4317 --ca-file ca.pem --token-file token --cluster-id c1 "
+            "--node-id node-a --rate 5000 --duration 60",
         ),
     )
-    p.add_argument("--endpoint", required=True, help="Echo's OTLP/gRPC HOST:PORT")
-    p.add_argument("--token", help=f"bearer token (default: ${TOKEN_ENV})")
-    p.add_argument("--cluster-id", required=True)
-    p.add_argument("--node-id", required=True)
-    p.add_argument("--producers", type=int, default=1)
-    p.add_argument("--events-per-producer", type=int, default=250)
+    p.add_argument("--endpoint", required=True, metavar="HOST:PORT", help="Echo's OTLP/gRPC HOST:PORT")
+    add_token_options(p, token_flag=True)
+    p.add_argument("--cluster-id", required=True, help="the cluster every event reports")
+    p.add_argument("--node-id", required=True, help="the node name (suffixed -<p> with several producers)")
+    p.add_argument("--producers", type=int, default=1, help="concurrent producers, one connection each")
+    p.add_argument("--events-per-producer", type=int, default=250, help="events each producer sends")
     p.add_argument(
         "--rate", type=float, help="events per second over all producers (default: as fast as acked)"
     )
-    p.add_argument("--chain-every", type=int, default=25)
-    p.add_argument("--straggler-every", type=int, default=100)
+    p.add_argument("--chain-every", type=int, default=25, help="every Nth event is a causal-chain marker")
+    p.add_argument("--straggler-every", type=int, default=100, help="every Nth event is a straggler")
     p.add_argument(
         "--client",
         choices=("sdk", "raw"),
@@ -43,8 +60,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--batch", type=int, default=2000, help="events per Export RPC (capped so --rate stays smooth)"
     )
-    p.add_argument("--insecure", action="store_true", help="plaintext gRPC (default: TLS)")
-    p.add_argument("--ca-file", help="PEM roots to verify Echo's TLS certificate")
+    add_tls_options(p)
     p.add_argument(
         "--run-id",
         default="r0",
@@ -71,7 +87,12 @@ def _handle(args: argparse.Namespace) -> int:
     from rankecho.stress.runner import StressConfig, run
     from rankecho.stress.senders import Target
 
-    token = args.token or os.environ.get(TOKEN_ENV) or None
+    try:
+        token = read_token(args.token_file, os.environ, token=args.token)
+    except TokenFileError as err:
+        print(f"rankecho stress: {err}", file=sys.stderr)
+        return exitcodes.USAGE
+    tls = tls_wanted(args)
     step_ns = int(1e9 * args.producers / args.rate) if args.rate else 1_000_000
     try:
         plan = StressPlan(
@@ -87,10 +108,10 @@ def _handle(args: argparse.Namespace) -> int:
         )
     except ValueError as err:
         print(f"rankecho stress: {err}", file=sys.stderr)
-        return 2
+        return exitcodes.USAGE
     cfg = StressConfig(
         plan=plan,
-        target=Target(args.endpoint, token, args.insecure, args.ca_file),
+        target=Target(args.endpoint, token, not tls, args.ca_file, args.cert_file, args.key_file),
         client=args.client,
         batch=args.batch,
         rate=args.rate,
@@ -99,12 +120,15 @@ def _handle(args: argparse.Namespace) -> int:
         progress=None if args.quiet else sys.stderr,
         duration_s=args.duration,
     )
+    warning = plaintext_warning("rankecho stress", args.endpoint, tls, args.insecure)
+    if warning:
+        print(warning, file=sys.stderr)
     if token is None and not args.quiet:
         print(
-            f"rankecho stress: no token (--token or ${TOKEN_ENV}); Echo will refuse unless it runs "
+            f"rankecho stress: no token (${TOKEN_ENV} or --token-file); Echo will refuse unless it runs "
             "with --insecure-no-auth",
             file=sys.stderr,
         )
     result = run(cfg)
     print(result.to_json(), flush=True)
-    return 0 if result.failed == 0 and result.rejected == 0 else 1
+    return exitcodes.OK if result.failed == 0 and result.rejected == 0 else exitcodes.FAILED

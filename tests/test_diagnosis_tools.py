@@ -196,7 +196,7 @@ def test_diagnose_asks_a_running_echo_over_mcp(tmp_path: Path) -> None:
     with EchoProcess(db, token=TEST_TOKEN) as echo:
         url = f"http://{echo.listening['mcp_http']}/mcp"
         held = diagnose("--db", str(db))
-        assert held.returncode == 3 and "--endpoint" in held.stderr
+        assert held.returncode == 3 and "--mcp-url" in held.stderr
         env = {"PATH": "/usr/bin:/bin", "RANKECHO_TOKEN": TEST_TOKEN}
         live = diagnose("--endpoint", url, "--json", env=env)
         assert live.returncode == 0, live.stderr

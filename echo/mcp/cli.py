@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rankecho import exitcodes
 from rankecho.echo.settings import QUERY_MEMORY_LIMIT
+from rankecho.helpfmt import examples
 
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -24,7 +26,13 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "mcp",
         help="serve Echo's MCP tools over stdio on a store file (offline)",
-        description="Serve the fleet.cluster.* MCP tools over stdio on a DuckDB store that no Echo holds.",
+        description="Serve the fleet.cluster.* MCP tools over stdio on a DuckDB store that no Echo holds "
+        "(for desktop MCP clients and offline investigations of a copied store). A running Echo serves "
+        "the same tools over HTTP at /mcp instead.",
+        epilog=examples(
+            "rankecho mcp --db /tmp/echo-copy.db",
+            "npx @modelcontextprotocol/inspector rankecho mcp --db /tmp/echo-copy.db",
+        ),
     )
     p.add_argument("--db", required=True, metavar="PATH", help="the store file (Echo's --db)")
     p.add_argument(
@@ -32,12 +40,8 @@ def register(subparsers: Any) -> None:
         metavar="FILE",
         help="GPU rates YAML (else env RANKECHO_GPU_RATES; default: the bundled gpu_rates.yaml)",
     )
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per query (default 10)")
-    p.add_argument(
-        "--memory-limit",
-        default=QUERY_MEMORY_LIMIT,
-        help=f"DuckDB memory limit (default {QUERY_MEMORY_LIMIT})",
-    )
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S", help="seconds per query")
+    p.add_argument("--memory-limit", default=QUERY_MEMORY_LIMIT, metavar="SIZE", help="DuckDB memory limit")
     p.set_defaults(handler=main)
 
 
@@ -60,17 +64,17 @@ def main(args: argparse.Namespace) -> int:
             "HTTP endpoint (/mcp), or stop it first",
             file=sys.stderr,
         )
-        return 3
+        return exitcodes.STORE_HELD
     try:
         memory_limit_bytes(args.memory_limit, "--memory-limit")
         rates = load_rates(gpu_rates_path(args.gpu_rates, os.environ))
         con = open_sealed(db, args.memory_limit)
     except (RatesError, FileNotFoundError, SettingsError) as exc:
         print(f"rankecho mcp: {exc}", file=sys.stderr)
-        return 1
+        return exitcodes.FAILED
     except duckdb.Error as exc:
         print(f"rankecho mcp: cannot open {db}: {exc}", file=sys.stderr)
-        return 1
+        return exitcodes.FAILED
     limits = SandboxLimits(memory_limit_bytes(args.memory_limit, "--memory-limit"))
     analysis = Sandbox(lambda: db, limits, timeout_s=args.timeout)
     try:
@@ -81,4 +85,4 @@ def main(args: argparse.Namespace) -> int:
     finally:
         con.close()
         analysis.close()
-    return 0
+    return exitcodes.OK
