@@ -2,7 +2,7 @@
 # Build (and optionally push) the rankecho container image from the Dockerfile; docs/deploy.md.
 #
 #   scripts/build-image.sh [--tag IMAGE] [--engine podman|docker] [--debootstrap] [--chroot] [--push REF]
-#   scripts/build-image.sh run-chroot IMAGE [--user UID:GID] [--volume HOST:DEST]... [--env NAME=VALUE]...
+#   scripts/build-image.sh run-chroot IMAGE [--user UID:GID] [--volume HOST:DEST]... [--env NAME[=VALUE]]...
 #                                     -- COMMAND [ARG]...
 #
 # build (the default):
@@ -148,9 +148,10 @@ run_chroot() {
   while [ $# -gt 0 ] && [ "$1" != -- ]; do
     case "$1" in
       --user) user=${2:?--user needs UID:GID}; shift 2 ;;
-      --env|-e)
-        [[ "${2:-}" == ?*=* ]] || die "--env needs NAME=VALUE"
-        extra_env+=("$2"); shift 2 ;;
+      --env|-e)  # NAME=VALUE, or NAME: its value in this environment, as in podman run
+        [ -n "${2:-}" ] || die "--env needs NAME=VALUE or NAME"
+        if [[ "$2" == *=* ]]; then extra_env+=("$2"); elif [ -n "${!2+set}" ]; then extra_env+=("$2=${!2}"); fi
+        shift 2 ;;
       --volume|-v)
         host=${2%%:*} dest=${2#*:}
         [ -d "$host" ] || die "--volume $2: $host is not a directory"
