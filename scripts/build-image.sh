@@ -24,7 +24,8 @@
 # run-chroot: run a command from the image without a container runtime (where `podman run` fails, e.g.
 # on RLIMIT_NOFILE inside a container): `podman image mount` + chroot in a private mount namespace with
 # /proc, /sys and /dev from the host, a fresh tmpfs on /tmp, the image's environment (plus --env) and
-# user (unless --user), like `podman run`; the host's network. Needs root. The process keeps this script's PID, so signals reach it directly.
+# user (unless --user), like `podman run`; the host's network. Needs root. The process keeps this
+# script's PID, so signals reach it directly.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,7 +35,12 @@ BASE_IMAGE=localhost/debian:12-slim
 
 say() { echo "build-image: $*" >&2; }
 die() { say "$*"; exit 2; }
-usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+# The header above; on stdout for --help, on stderr (exit 2) after a usage error.
+usage() {
+  local code=${1:-2}
+  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&$((code == 0 ? 1 : 2))
+  exit "$code"
+}
 
 need() {
   command -v "$1" >/dev/null 2>&1 || die "$1 is not installed: apt-get install $1 (or run scripts/setup-host.sh)"
@@ -85,7 +91,7 @@ build() {
       --debootstrap) debootstrap=1; shift ;;
       --chroot) chroot=1; shift ;;
       --push) push=${2:?--push needs registry/repository:tag}; shift 2 ;;
-      -h|--help) usage ;;
+      -h|--help) usage 0 ;;
       *) say "unknown option $1"; usage ;;
     esac
   done
@@ -190,5 +196,6 @@ run_chroot() {
 case "${1:-}" in
   run-chroot) shift; run_chroot "$@" ;;
   build) shift; build "$@" ;;
+  -h|--help) usage 0 ;;
   *) build "$@" ;;
 esac
