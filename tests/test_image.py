@@ -58,7 +58,9 @@ def image() -> Iterator[str]:
     assert done.stdout.strip() == IMAGE
     print(f"image {IMAGE} built in {time.monotonic() - start:.0f} s")
     yield IMAGE
-    subprocess.run(["podman", "image", "unmount", IMAGE], capture_output=True, timeout=60, check=False)
+    # run-chroot mounted it once per command; --force drops every one of those mounts.
+    subprocess.run(["podman", "image", "unmount", "--force", IMAGE], capture_output=True, timeout=60,
+                   check=False)
 
 
 def run_in(image: str, *command: str, options: tuple[str, ...] = (),
