@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Prepare a Debian host for rankecho: bcc, kernel headers bcc can compile against, tracefs, and Node.js
-# with npm (the interop tests run OpenTelemetry JS exporters and MCP Inspector: scripts/setup-interop.sh).
+# with npm (the interop tests run OpenTelemetry JS exporters and MCP Inspector: scripts/setup-interop.sh),
+# podman and debootstrap (scripts/build-image.sh builds the container image from Debian's archive; the
+# image tests build and run it).
 # Idempotent and quick when everything is in place. Without root it only reports what is missing.
 set -euo pipefail
 
-APT_PACKAGES=(python3-bpfcc bpfcc-tools linux-headers-cloud-amd64 gcc make)
+APT_PACKAGES=(python3-bpfcc bpfcc-tools linux-headers-cloud-amd64 gcc make podman debootstrap)
 
 say() { echo "setup-host: $*" >&2; }
 

@@ -29,8 +29,13 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* repository@digest when image.digest is set (what was pushed, immutably), else repository:tag. */}}
 {{- define "rankecho.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "rankecho.secretName" -}}
@@ -65,4 +70,48 @@ app.kubernetes.io/component: {{ .component }}
     secretKeyRef:
       name: {{ include "rankecho.secretName" . }}
       key: {{ .Values.auth.secretKey }}
+{{- end -}}
+
+
+{{/*
+The token of the chart-made Secret, resolved once per render (secret.yaml and the pods' checksum both
+include it): auth.token; else the token already in the cluster's Secret (kept on every upgrade); else a
+new random one, minted only when the cluster answers (helm install). A render without a cluster (helm
+template, Argo CD and other GitOps tools, a client-side --dry-run) cannot see the Secret and would mint a
+different token every time, leaving Echo and the agents with different tokens: it fails and names the fix.
+*/}}
+{{- define "rankecho.token" -}}
+{{- if not (hasKey . "rankechoToken") -}}
+{{- $token := .Values.auth.token -}}
+{{- if not $token -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "rankecho.secretName" .) -}}
+{{- if $existing -}}
+{{- $token = index ($existing.data | default dict) .Values.auth.secretKey | default "" | b64dec -}}
+{{- end -}}
+{{- end -}}
+{{- if not $token -}}
+{{- if lookup "v1" "ConfigMap" .Release.Namespace "" -}}
+{{- $token = randAlphaNum 48 -}}
+{{- else -}}
+{{- fail "auth: this render has no cluster to keep a generated token in (helm template, GitOps and client-side --dry-run would mint a new one each time): create a Secret once (kubectl -n NAMESPACE create secret generic rankecho-token --from-literal=token=$(openssl rand -hex 24)) and set auth.existingSecret=rankecho-token, or set auth.token" -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set . "rankechoToken" $token -}}
+{{- end -}}
+{{- index . "rankechoToken" -}}
+{{- end -}}
+
+{{/*
+Annotation value on both pod templates: changes whenever the token does, so Echo and every agent restart
+together onto the new token. For auth.existingSecret it hashes the Secret's current data where the cluster
+answers (a rotated Secret restarts the pods on the next helm upgrade), else only its name and key.
+*/}}
+{{- define "rankecho.tokenChecksum" -}}
+{{- if .Values.auth.existingSecret -}}
+{{- $secret := lookup "v1" "Secret" .Release.Namespace .Values.auth.existingSecret | default dict -}}
+{{- $data := index ($secret.data | default dict) .Values.auth.secretKey | default "" -}}
+{{- printf "%s/%s/%s" .Values.auth.existingSecret .Values.auth.secretKey $data | sha256sum -}}
+{{- else -}}
+{{- include "rankecho.token" . | sha256sum -}}
+{{- end -}}
 {{- end -}}
