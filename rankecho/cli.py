@@ -14,7 +14,13 @@ from collections.abc import Sequence
 
 from rankecho import __version__
 
-SUBCOMMAND_MODULES = ("rankecho.echo.cli", "rankecho.stress.cli", "rankecho.agent.cli", "rankecho.sim.cli")
+SUBCOMMAND_MODULES = (
+    "rankecho.echo.cli",
+    "rankecho.echo.visual.cli",
+    "rankecho.stress.cli",
+    "rankecho.agent.cli",
+    "rankecho.sim.cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
