@@ -113,21 +113,9 @@ def _run(args: argparse.Namespace, prog: str, write: Any) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     def write(picture: Any) -> int:
-        from rankecho.echo.visual.html import report_html
-        from rankecho.echo.visual.png import heatmap_png, timeline_png
-        from rankecho.echo.visual.source import progress
-        from rankecho.echo.visual.trace import to_trace
+        from rankecho.echo.visual.bundle import write_report
 
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        progress("drawing")
-        page = report_html(picture.found, picture.view, picture.cells)
-        (out / "report.html").write_text(page, encoding="utf-8")
-        timeline_png(picture.view, out / "timeline.png")
-        if picture.cells:
-            heatmap_png(picture.cells, out / "heatmap.png")
-        (out / "trace.json").write_text(json.dumps(to_trace(picture.view)), encoding="utf-8")
-        print(out / "report.html")
+        print(write_report(picture, Path(args.out)))
         return exitcodes.OK
 
     return _run(args, "rankecho report", write)

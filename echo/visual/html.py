@@ -17,13 +17,7 @@ from typing import Any
 
 from rankecho.echo.report import render_stragglers
 from rankecho.echo.visual.png import lane_order
-from rankecho.echo.visual.trace import COLORS, LABELS, LATE_COLOR, slice_name
-
-ORDER = ("prewindow", "collective", "wait", "sync", "malloc", "free", "memcpy", "offcpu")
-"""Drawing order: the pre-call band behind, host activity in front."""
-WIDTH = {"prewindow": 0.9, "collective": 0.45, "wait": 0.45, "sync": 0.3, "malloc": 0.3, "free": 0.3,
-         "memcpy": 0.3, "offcpu": 0.15}  # fmt: skip
-"""Bar thickness per kind (a lane is 1.0)."""
+from rankecho.echo.visual.trace import LATE_COLOR, drawing_order, kind_of, slice_name
 
 
 def lane_label(node_id: str, rank: int) -> str:
@@ -36,20 +30,21 @@ def timeline_figure(view: dict[str, Any]) -> Any:
     lanes = [lane_label(n, r) for n, r in reversed(lane_order(view))]
     origin = view["focus"]["timestamp_ns"]
     fig = go.Figure()
-    for kind in ORDER:
+    for kind in drawing_order(view["slices"]):
+        style = kind_of(kind)
         for late in (False, True):
             picked = [s for s in view["slices"] if s["kind"] == kind and bool(s.get("late")) == late]
             if not picked:
                 continue
-            color = LATE_COLOR if kind == "collective" and late else COLORS[kind]
+            color = LATE_COLOR if kind == "collective" and late else style.color
             fig.add_trace(go.Bar(
                 orientation="h",
                 y=[lane_label(s["node_id"], s["rank"]) for s in picked],
                 base=[(s["start_ns"] - origin) / 1e6 for s in picked],
                 x=[max((s["end_ns"] - s["start_ns"]) / 1e6, 0.05) for s in picked],
-                width=WIDTH[kind],
+                width=style.width,
                 marker={"color": color, "opacity": 0.4 if kind == "prewindow" else 1.0},
-                name=LABELS[kind] + (" (late)" if late else ""),
+                name=style.label + (" (late)" if late else ""),
                 hovertext=[_hover(s) for s in picked],
                 hoverinfo="text",
             ))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rankecho.echo.visual.trace import COLORS, LABELS, LATE_COLOR, TRACKS
+from rankecho.echo.visual.trace import LATE_COLOR, drawing_order, kind_of
 
 ROW = {0: (0.45, 0.5), 1: (0.05, 0.35), 2: (0.05, 0.35), 3: (0.0, 1.0)}
 """Track -> (offset, height) inside a lane: collectives on top, host activity below, the pre-call
@@ -38,21 +38,22 @@ def timeline_png(view: dict[str, Any], out: Path) -> Path:
     index = {lane: i for i, lane in enumerate(reversed(lanes))}
     origin = view["focus"]["timestamp_ns"]
     fig, ax = plt.subplots(figsize=(12, 0.45 * len(lanes) + 1.6), dpi=110)
-    for kind in ("prewindow", "collective", "wait", "sync", "malloc", "free", "memcpy", "offcpu"):
+    for kind in drawing_order(view["slices"]):
+        style = kind_of(kind)
         bars: dict[str, list[tuple[float, float, float, float]]] = {}
         for s in view["slices"]:
             if s["kind"] != kind:
                 continue
-            offset, height = ROW[TRACKS[kind]]
+            offset, height = ROW[style.track]
             y = index[(s["node_id"], s["rank"])] + offset
-            color = LATE_COLOR if kind == "collective" and s.get("late") else COLORS[kind]
+            color = LATE_COLOR if kind == "collective" and s.get("late") else style.color
             start_ms, length_ms = (s["start_ns"] - origin) / 1e6, (s["end_ns"] - s["start_ns"]) / 1e6
             bars.setdefault(color, []).append((start_ms, length_ms, y, height))
         for color, items in bars.items():
             alpha = 0.35 if kind == "prewindow" else 1.0
             ax.barh([b[2] for b in items], [max(b[1], 0.05) for b in items], left=[b[0] for b in items],
                     height=[b[3] for b in items], align="edge", color=color, alpha=alpha,
-                    label=LABELS[kind])
+                    label=style.label)
     ax.set_yticks([i + 0.5 for i in range(len(lanes))])
     ax.set_yticklabels([f"{node} / rank {rank}" for node, rank in reversed(lanes)], fontsize=8)
     ax.set_xlabel("ms from the focused collective instance (clock-corrected)")

@@ -17,19 +17,51 @@ Usage::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-TRACKS = {"collective": 0, "wait": 0, "sync": 1, "malloc": 1, "free": 1, "memcpy": 1, "offcpu": 2,
-          "prewindow": 3}
-"""Slice kind -> the rank's track it is drawn on."""
-COLORS = {"collective": "#4c72b0", "wait": "#c7d3e8", "prewindow": "#f2c14e", "sync": "#55a868",
-          "malloc": "#c44e52", "free": "#dd8452", "memcpy": "#8172b3", "offcpu": "#937860"}
-"""One colour per slice kind, shared by the HTML report and the PNGs (the late collective is drawn red)."""
+
+@dataclass(frozen=True)
+class Kind:
+    """How one kind of slice is drawn, in the trace, the HTML report and the PNGs alike."""
+
+    track: int
+    """The rank's track (see TRACK_NAMES)."""
+    color: str
+    label: str
+    """Legend text."""
+    width: float
+    """Bar thickness in a lane of height 1 (HTML, PNG)."""
+
+
+KINDS = {
+    "prewindow": Kind(3, "#f2c14e", "late rank's pre-call window", 0.9),
+    "collective": Kind(0, "#4c72b0", "collective (red: the late rank's)", 0.45),
+    "wait": Kind(0, "#c7d3e8", "waiting in it for the late rank", 0.45),
+    "sync": Kind(1, "#55a868", "CUDA sync", 0.3),
+    "malloc": Kind(1, "#c44e52", "cudaMalloc", 0.3),
+    "free": Kind(1, "#dd8452", "cudaFree", 0.3),
+    "memcpy": Kind(1, "#8172b3", "blocking copy", 0.3),
+    "offcpu": Kind(2, "#937860", "off the CPU", 0.15),
+    "runq": Kind(2, "#e377c2", "runnable, waiting for a CPU", 0.15),
+}
+"""Every slice kind the timeline query returns, in drawing order (the pre-call band behind)."""
+OTHER = Kind(1, "#7f7f7f", "other", 0.3)
+"""A kind this version does not know yet: drawn, never dropped."""
 LATE_COLOR = "#d62728"
-LABELS = {"collective": "collective (red: the late rank's)", "wait": "waiting in it for the late rank",
-          "prewindow": "late rank's pre-call window", "sync": "CUDA sync", "malloc": "cudaMalloc",
-          "free": "cudaFree", "memcpy": "blocking copy", "offcpu": "off the CPU"}
-"""Legend text per slice kind (HTML and PNG)."""
+"""The late rank's collective."""
+
+
+def kind_of(name: str) -> Kind:
+    return KINDS.get(name, OTHER)
+
+
+def drawing_order(slices: list[dict[str, Any]]) -> list[str]:
+    """The kinds present, known ones in KINDS' order, then any unknown ones."""
+    present = {s["kind"] for s in slices}
+    return [k for k in KINDS if k in present] + sorted(present - KINDS.keys())
+
+
 TRACK_NAMES = ("collectives", "CUDA calls", "off-CPU", "pre-call window (late)")
 ROWS = 100
 """Rows a track may spread over (thread id: rank * 1000 + track * ROWS + row)."""
@@ -46,6 +78,8 @@ def slice_name(s: dict[str, Any]) -> str:
         return "before the late call"
     if kind == "offcpu":
         return f"off-CPU ({s.get('state') or '?'})"
+    if kind == "runq":
+        return "runnable, waiting for a CPU"
     return str(s.get("cuda_call") or kind)
 
 
@@ -60,7 +94,7 @@ def to_trace(view: dict[str, Any]) -> dict[str, Any]:
         events.append(_meta("process_sort_index", pid, 0, {"sort_index": pid}))
     tracks: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
     for s in view["slices"]:
-        tracks.setdefault((s["node_id"], s["rank"], TRACKS[s["kind"]]), []).append(s)
+        tracks.setdefault((s["node_id"], s["rank"], kind_of(s["kind"]).track), []).append(s)
     for (node, rank, track), slices in sorted(tracks.items()):
         pid = pid_of[node]
         for row, packed in enumerate(_rows(slices)):
