@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -113,6 +114,8 @@ class Echo:
         self.grpc_address: str | None = None
         self.http_address: str | None = None
         self.service_addresses: dict[str, str | None] = {}
+        self.metric_sources: list[Callable[[], str]] = []
+        """More Prometheus text appended at /metrics by services (e.g. the diagnosis gauges)."""
         self._lock = StoreLock(settings.db_path)
         self._run: _Running | None = None
         self._stopping = threading.Event()
@@ -249,6 +252,7 @@ class Echo:
             return 503, "text/plain", f"not ready: {why}\n".encode()
 
         def metrics() -> tuple[int, str, bytes]:
-            return 200, "text/plain; version=0.0.4", ops.render(self.stats.snapshot()).encode()
+            text = ops.render(self.stats.snapshot()) + "".join(source() for source in self.metric_sources)
+            return 200, "text/plain; version=0.0.4", text.encode()
 
         return {"/healthz": healthz, "/readyz": readyz, "/metrics": metrics}

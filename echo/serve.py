@@ -54,13 +54,16 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _services(settings: Settings) -> list[Service]:
-    """Front ends beside the receivers: MCP over streamable HTTP unless ``--mcp-http`` is empty.
+    """Front ends beside the receivers: MCP over streamable HTTP unless ``--mcp-http`` is empty, and the
+    diagnosis gauges at /metrics.
 
     GPU rates for ``fleet.cluster.get_cost`` come from ``--gpu-rates`` / ``$RANKECHO_GPU_RATES`` (a YAML
     file like ``echo/mcp/gpu_rates.yaml``), else the bundled file; a bad file stops startup with the reason.
     """
-    if settings.mcp_http is None:
-        return []
+    from rankecho.echo.diagnosis_metrics import DiagnosisMetricsService
     from rankecho.echo.mcp.http import McpHttpService
 
-    return [McpHttpService(settings.mcp_http, settings.gpu_rates)]
+    services: list[Service] = [DiagnosisMetricsService(settings.gpu_rates)]  # the diagnosis at /metrics
+    if settings.mcp_http is not None:
+        services.insert(0, McpHttpService(settings.mcp_http, settings.gpu_rates))
+    return services

@@ -21,6 +21,7 @@ from rankecho.helpfmt import Parser, examples
 
 SUBCOMMAND_MODULES = (
     "rankecho.echo.cli",
+    "rankecho.echo.visual.cli",
     "rankecho.stress.cli",
     "rankecho.agent.cli",
     "rankecho.sim.cli",

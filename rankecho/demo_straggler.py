@@ -33,6 +33,8 @@ from rankecho.echo.report import render_stragglers
 SCENARIO = Path(__file__).resolve().parent.parent / "sim" / "scenarios" / "seed-rank5.yaml"
 SIM_LIB = Path(__file__).resolve().parent.parent / "sim" / "build" / "libnccl.so.2"
 STEPS = 100
+REPORT_DIR = Path("build") / "demo-report"
+"""Where the demo leaves its report (``rankecho report``'s files), relative to the working directory."""
 SKEW_MS = 40.0
 """node-h100's clock runs this far ahead of node-a100's: the answer must not notice."""
 
@@ -84,6 +86,14 @@ async def investigate(mcp_url: str, token: str) -> dict[str, Any]:
         return answers
 
 
+def write_demo_report(mcp_url: str, token: str, out: Path) -> Path:
+    """``rankecho report`` over MCP, as a person would run it against this Echo."""
+    from rankecho.echo.visual.bundle import write_report
+    from rankecho.echo.visual.source import picture_from_mcp
+
+    return write_report(picture_from_mcp(mcp_url, token, None, None, timeout_s=60.0), out)
+
+
 def run_straggler_demo(workdir: Path) -> int:
     from bench.launch.echo import EchoProcess
     from rankecho.demo import check
@@ -112,6 +122,7 @@ def run_straggler_demo(workdir: Path) -> int:
         mcp_url = f"http://{echo.listening['mcp_http']}/mcp"
         print(f"3. Investigating through MCP at {mcp_url}")
         answers = asyncio.run(investigate(mcp_url, token))
+        report = write_demo_report(mcp_url, token, REPORT_DIR.resolve())
     found = answers["find_stragglers"]
     print("\n-- fleet.cluster.find_stragglers()")
     print(render_stragglers(found))
@@ -120,6 +131,7 @@ def run_straggler_demo(workdir: Path) -> int:
         print("\n-- fleet.cluster.explain_straggler(first episode)")
         print(f"  {explained['explanation']}")
     print(f"\n-- fleet.cluster.get_cost(): stalls {json.dumps(answers['get_cost'])}")
+    print(f"\n-- the report (timeline around the latest late episode, lateness heat map): {report}")
 
     truth = json.loads(truth_path.read_text())
     print("\n4. Checks against the simulator's ground truth")

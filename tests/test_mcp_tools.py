@@ -33,6 +33,7 @@ TOOLS = {
     "fleet.cluster.get_cost",
     "fleet.cluster.find_stragglers",
     "fleet.cluster.explain_straggler",
+    "fleet.cluster.timeline",
 }
 LAST_NS = START_NS + (ROWS - 1) * STEP_NS
 NOW_NS = LAST_NS + 30 * 10**9
@@ -316,6 +317,7 @@ def test_byte_cap_truncates(con: duckdb.DuckDBPyConnection) -> None:
         ("fleet.cluster.find_outlier_nodes", {"metric": "rankecho.health.score", "method": "mad"}),
         ("fleet.cluster.run_analysis", {"sql": "SELECT count(*) AS n FROM events"}),
         ("fleet.cluster.get_cost", {}),
+        ("fleet.cluster.timeline", {}),
     ],
 )
 def test_every_tool_answers_on_an_empty_store(tmp_path: Path, tool: str, args: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""The fastmcp server: seven read-only ``fleet.cluster.*`` tools and the ``rankecho://schema`` resource.
+"""The fastmcp server: eight read-only ``fleet.cluster.*`` tools and the ``rankecho://schema`` resource.
 
 Each tool parses its arguments, calls one :class:`echo.mcp.tools.Investigation` method and returns its
 dict; errors a caller can fix become ``ToolError`` with the fix, anything else is masked (no traces or
@@ -26,6 +26,7 @@ from pydantic import Field
 from rankecho.echo.guard.refusal import safe_message
 from rankecho.echo.mcp.diagnosis import DiagnosisError
 from rankecho.echo.mcp.schema import schema_document
+from rankecho.echo.mcp.timeline import MAX_SLICES, TimelineError
 from rankecho.echo.mcp.tools import MAX_LIMIT, Investigation, InvestigationError
 
 INSTRUCTIONS = (
@@ -69,7 +70,7 @@ class BearerToken(TokenVerifier):
 def _answer(call: Callable[[], T]) -> T:
     try:
         return call()
-    except (InvestigationError, DiagnosisError) as exc:
+    except (InvestigationError, DiagnosisError, TimelineError) as exc:
         raise ToolError(str(exc)) from None
     except Exception as exc:  # a tool answers with a safe message, never a trace
         raise ToolError(f"internal error: {safe_message(exc, 200)}") from None
@@ -144,6 +145,37 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
             lambda: inv.diagnosis.explain_straggler(node_id, rank, causal_chain_id, timestamp_ns, before_ms,
                                                     cluster_id)
         )  # fmt: skip
+
+    @mcp.tool(name="fleet.cluster.timeline", annotations=READ_ONLY)
+    def timeline(
+        window: Window = None,
+        cluster_id: str | None = None,
+        node_id: Annotated[str | None, Field(description="Only this node's lanes (default: all).")] = None,
+        rank: Annotated[int | None, Field(description="Only this rank's lane (default: all).")] = None,
+        timestamp_ns: Annotated[
+            int | None,
+            Field(description="Centre on this time (ns, corrected clock, e.g. an episode's timestamp_ns from "
+                  "find_stragglers). Default: the latest late episode of the top straggler."),
+        ] = None,
+        before_ms: Annotated[float, Field(gt=0, le=60000, description="Pre-call window drawn (ms).")] = 500.0,
+        max_slices: Annotated[int, Field(ge=1, le=MAX_SLICES)] = 2000,
+        heatmap: Annotated[bool, Field(description="Also the ranks x steps lateness heat map.")] = False,
+    ) -> dict[str, Any]:
+        """The cross-rank timeline around a late episode, as the report draws it: a few steps, one lane per
+        (node, rank), slices on the corrected clock (start_ns, end_ns): 'collective' (enter -> completion,
+        causal_chain_id, late flag, late_ms), 'wait' (an on-time rank waiting for the late one),
+        'prewindow' (the late rank's before_ms before its call), and its host activity ('sync', 'malloc',
+        'free', 'memcpy', 'offcpu' with state sleeping/preempted). `focus` says what it is centred on and
+        why. With heatmap: ranks x steps lateness (ms) of the window's latest steps. Bounded; `truncated`
+        says when slices were cut."""
+
+        def answer() -> dict[str, Any]:
+            view = inv.timeline.around(window, cluster_id, node_id, rank, timestamp_ns, before_ms, max_slices)
+            if heatmap:
+                view["heatmap"] = inv.timeline.heatmap(window, view["focus"].get("cluster_id"))["cells"]
+            return view
+
+        return _answer(answer)
 
     @mcp.tool(name="fleet.cluster.event_history", annotations=READ_ONLY)
     def event_history(

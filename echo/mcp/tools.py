@@ -25,6 +25,7 @@ from rankecho.echo.mcp.coverage import no_data_message
 from rankecho.echo.mcp.diagnosis import Diagnosis
 from rankecho.echo.mcp.rates import Rates
 from rankecho.echo.mcp.sanitize import cap_rows, clean_text, json_safe, parse_attrs
+from rankecho.echo.mcp.timeline import Timeline
 from rankecho.echo.mcp.windows import Anchor, Window, WindowError, iso, parse_window
 from rankecho.echo.queries import QUERIES
 from rankecho.echo.sandbox import Sandbox
@@ -67,6 +68,8 @@ class Investigation:
         self._clock_ns = clock_ns
         self.diagnosis = Diagnosis(self)
         """find_stragglers, explain_straggler and the stall costs, on this investigation's reader."""
+        self.timeline = Timeline(self)
+        """The cross-rank timeline and lateness heat map the report and fleet.cluster.timeline show."""
 
     # -- plumbing (also used by :class:`rankecho.echo.mcp.diagnosis.Diagnosis`) -----------------------------
     def run_named(self, name: str, max_rows: int = MAX_LIMIT, **params: Any) -> QueryResult:
