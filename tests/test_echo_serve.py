@@ -116,8 +116,9 @@ def test_sigterm_drains_and_every_acknowledged_event_is_stored(echo_process: Ech
     assert total == distinct >= len(acked)
 
 
-@pytest.mark.parametrize("flag", ["--otlp-grpc", "--otlp-http"])
+@pytest.mark.parametrize("flag", ["--otlp-grpc", "--otlp-http", "--mcp-http"])
 def test_a_busy_port_is_a_clear_error(tmp_path: Path, flag: str) -> None:
+    """Found (issue 19): a busy port left a new empty store and its lock behind."""
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -125,9 +126,11 @@ def test_a_busy_port_is_a_clear_error(tmp_path: Path, flag: str) -> None:
         env = {**os.environ, "RANKECHO_TOKEN": TEST_TOKEN}
         ports = ["--otlp-grpc", "127.0.0.1:0", "--otlp-http", "127.0.0.1:0", "--mcp-http", "127.0.0.1:0"]
         out = run_cli("serve", "--db", str(tmp_path / "e.db"), *ports, flag, address, env=env)
-    assert out.returncode == 2
-    assert f"cannot listen for OTLP/{'gRPC' if flag == '--otlp-grpc' else 'HTTP'} on {address}" in out.stderr
-    assert not is_locked(tmp_path / "e.db")
+    assert out.returncode == 2, out.stderr
+    name = {"--otlp-grpc": "OTLP/gRPC", "--otlp-http": "OTLP/HTTP", "--mcp-http": "MCP/HTTP"}[flag]
+    assert f"cannot listen for {name} on {address}" in out.stderr and f"choose another {flag}" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert list(tmp_path.iterdir()) == [], "a refused start left files behind"
 
 
 STOP_BOUND_S = 20.0

@@ -20,11 +20,11 @@ from rankecho.echo.store.lock import StoreLock, StoreLockedError, is_locked, rea
 from tests.echo_helpers import TEST_TOKEN
 
 
-def second_echo(db: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def second_echo(db: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "rankecho", "serve", "--db", db, "--otlp-grpc", "127.0.0.1:0",
                "--otlp-http", "127.0.0.1:0", "--mcp-http", ""]  # fmt: skip
     env = {**os.environ, "RANKECHO_TOKEN": TEST_TOKEN}
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def listing(*dirs: Path) -> set[Path]:
@@ -76,3 +76,47 @@ def test_hard_link_lock_names_the_holder_in_process(tmp_path: Path) -> None:
         assert read_holder(tmp_path / "b.db") == os.getpid()
         assert not (tmp_path / "b.db.lock").exists()
     assert not is_locked(tmp_path / "b.db")
+
+
+def tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` with its content (None for a directory)."""
+    return {str(p.relative_to(root)): None if p.is_dir() else p.read_bytes() for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize(
+    ("case", "expect"),
+    [
+        ("not a store", ["exists but is not a DuckDB store", "move that file aside"]),
+        ("empty file", ["is not a DuckDB store (it is empty)"]),
+        ("directory", ["is a directory", "echo.db/echo.db"]),
+        ("missing directory", ["mistyped for --db", "does not exist", "mkdir -p", "--create-dirs"]),
+    ],
+)
+def test_a_db_that_cannot_hold_a_store_exits_2_naming_the_fix(
+    tmp_path: Path, case: str, expect: list[str]
+) -> None:
+    """Found (issue 19): a file that is not a DuckDB store or a directory gave a traceback, exit 1 and a
+    stray ``.lock``; a mistyped directory was created silently (and Echo served from it)."""
+    db = tmp_path / "echo.db"
+    if case == "not a store":
+        db.write_text("node,rank\nn1,0\n")
+    elif case == "empty file":
+        db.write_bytes(b"")
+    elif case == "directory":
+        db.mkdir()
+    else:
+        db = tmp_path / "mistyped" / "echo.db"
+    before = tree(tmp_path)
+    done = second_echo(str(db), tmp_path, timeout=30)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    for words in expect:
+        assert words in done.stderr, done.stderr
+    assert tree(tmp_path) == before, "the refused Echo created or changed files"
+
+
+def test_create_dirs_creates_the_missing_directory(tmp_path: Path) -> None:
+    db = tmp_path / "a" / "b" / "echo.db"
+    echo = EchoProcess(db, TEST_TOKEN, log=tmp_path / "echo.log", extra_args=("--create-dirs",)).start()
+    assert echo.stop() == 0
+    assert db.is_file()
