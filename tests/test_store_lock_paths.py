@@ -3,13 +3,14 @@ symlink, a hard link. Each exits 3 naming the holder's pid and leaves no file be
 
 Found (issue 9): through a symlink or a hard link the second Echo got past the sidecar lock, died in
 DuckDB's own lock error with a traceback (exit 1) and left a stray ``.lock`` file.
+
+And a ``--db`` that cannot hold a store (not a DuckDB file, a directory, a missing directory): exit 2
+with one line naming the fix, nothing created (issue 19).
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,14 +18,7 @@ import pytest
 
 from bench.launch.echo import EchoProcess
 from rankecho.echo.store.lock import StoreLock, StoreLockedError, is_locked, read_holder
-from tests.echo_helpers import TEST_TOKEN
-
-
-def second_echo(db: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "rankecho", "serve", "--db", db, "--otlp-grpc", "127.0.0.1:0",
-               "--otlp-http", "127.0.0.1:0", "--mcp-http", ""]  # fmt: skip
-    env = {**os.environ, "RANKECHO_TOKEN": TEST_TOKEN}
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout)
+from tests.echo_helpers import TEST_TOKEN, run_serve
 
 
 def listing(*dirs: Path) -> set[Path]:
@@ -56,7 +50,7 @@ def test_second_echo_by_any_name_exits_3_naming_the_holder(
         os.link(holder.db, other / "hard.db")
         name = str(other / "hard.db")
     before = listing(store, other)
-    done = second_echo(name, cwd)
+    done = run_serve(name, cwd)
     assert holder.proc is not None
     assert done.returncode == 3, done.stderr[-2000:]
     assert f"pid {holder.proc.pid}" in done.stderr, done.stderr
@@ -107,7 +101,7 @@ def test_a_db_that_cannot_hold_a_store_exits_2_naming_the_fix(
     else:
         db = tmp_path / "mistyped" / "echo.db"
     before = tree(tmp_path)
-    done = second_echo(str(db), tmp_path, timeout=30)
+    done = run_serve(str(db), tmp_path, timeout=30)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     for words in expect:
