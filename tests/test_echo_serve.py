@@ -3,6 +3,7 @@ and the seed's four queries on the store a served Echo wrote."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ from rankecho.echo.store.lock import StoreLock, StoreLockedError, is_locked
 from rankecho.echo.store.migrate import available
 from rankecho.shared import contract as c
 from rankecho.shared.otlp import Point, metrics_request
+from rankecho.sim.procs import signals_blocked
 
 RANKECHO = [sys.executable, "-m", "rankecho"]
 
@@ -142,21 +144,25 @@ def _serve_command(db: Path) -> list[str]:
             "--mcp-http", "127.0.0.1:0"]  # fmt: skip
 
 
-@pytest.mark.parametrize("when", [0.0, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0, "ready", "ready, repeated"])
+@pytest.mark.parametrize(
+    "when", [0.0, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0, "ready", "ready, repeated", "at once, launched blocked"]
+)
 def test_sigterm_at_any_moment_of_serve_is_a_clean_stop(tmp_path: Path, when: float | str) -> None:
     """Found (issue 19): a SIGTERM right after "Echo ready" was lost now and then (the handler deadlocked
     on the Event the main thread was waiting on) and Echo was killed 20 s later; a SIGTERM repeated
     while Echo exited (a supervisor retrying) turned its exit 0 into -15. Sent at fixed delays (start-up:
-    imports, store creation, migration, listeners), at the listening line, and every 2 ms from there on."""
+    imports, store creation, migration, listeners), at the listening line, and every 2 ms from there on;
+    and at once to an Echo started with SIGTERM blocked, as launchers do to cover the interpreter's start."""
     db, log = tmp_path / "echo.db", tmp_path / "echo.log"
     env = {**os.environ, "RANKECHO_TOKEN": TEST_TOKEN}
-    with log.open("wb") as err:
+    blocked = signals_blocked() if when == "at once, launched blocked" else contextlib.nullcontext()
+    with log.open("wb") as err, blocked:
         proc = subprocess.Popen(_serve_command(db), stdout=subprocess.PIPE, stderr=err, env=env)
     assert proc.stdout is not None
     try:
         if isinstance(when, float):
             time.sleep(when)
-        else:
+        elif when.startswith("ready"):
             assert proc.stdout.readline(), log.read_text()
         proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
@@ -173,7 +179,7 @@ def test_sigterm_at_any_moment_of_serve_is_a_clean_stop(tmp_path: Path, when: fl
             proc.wait()
         proc.stdout.close()
     text = log.read_text()
-    if returncode == -signal.SIGTERM:  # only while the interpreter starts, before serve's first line
+    if returncode == -signal.SIGTERM and "blocked" not in str(when):  # only before serve's first line
         assert text == "" and not db.exists(), f"killed by SIGTERM (-15) after serve started:\n{text[-3000:]}"
     else:
         assert returncode == 0, text[-3000:]
