@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from bench.launch.echo import EchoProcess
@@ -84,13 +85,15 @@ def tree(root: Path) -> dict[str, bytes | None]:
         ("empty file", ["is not a DuckDB store (it is empty)"]),
         ("directory", ["is a directory", "echo.db/echo.db"]),
         ("missing directory", ["mistyped for --db", "does not exist", "mkdir -p", "--create-dirs"]),
+        ("newer store", ["store schema is v999", "upgrade rankecho"]),
     ],
 )
 def test_a_db_that_cannot_hold_a_store_exits_2_naming_the_fix(
     tmp_path: Path, case: str, expect: list[str]
 ) -> None:
     """Found (issue 19): a file that is not a DuckDB store or a directory gave a traceback, exit 1 and a
-    stray ``.lock``; a mistyped directory was created silently (and Echo served from it)."""
+    stray ``.lock``; a mistyped directory was created silently (and Echo served from it); a store from a
+    newer rankecho gave a traceback and exit 1."""
     db = tmp_path / "echo.db"
     if case == "not a store":
         db.write_text("node,rank\nn1,0\n")
@@ -98,6 +101,11 @@ def test_a_db_that_cannot_hold_a_store_exits_2_naming_the_fix(
         db.write_bytes(b"")
     elif case == "directory":
         db.mkdir()
+    elif case == "newer store":
+        with duckdb.connect(str(db)) as con:
+            con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+                        "applied_ns BIGINT NOT NULL)")  # fmt: skip
+            con.execute("INSERT INTO schema_version VALUES (999, '999_future.sql', 0)")
     else:
         db = tmp_path / "mistyped" / "echo.db"
     before = tree(tmp_path)
