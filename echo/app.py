@@ -126,14 +126,16 @@ class Echo:
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> Echo:
-        """Check the store path and the ports, then lock, open, migrate and listen. A failure (a busy
-        port, a bad store, a stop request) leaves nothing behind: every file this start created is
-        removed again, so a refused start can simply be retried with a corrected command line."""
+        """Check the store path and the ports, then lock, open, migrate and listen. A failure (a port
+        taken after the check, a store that cannot be opened) leaves nothing behind: every file this start
+        created is removed again, so a refused start can simply be retried with a corrected command line."""
         s = self.settings
         check_store_path(s.db_path, s.create_dirs)
         self._check_listeners()
         real = self._lock.real_path
-        ours = [p for p in (real, real.with_name(real.name + ".wal"), lock_path(real)) if not p.exists()]
+        # A store this start creates goes again with its new log; an existing store's log is never touched.
+        created = [real, real.with_name(real.name + ".wal")] if not real.exists() else []
+        ours = [p for p in (*created, lock_path(real)) if not p.exists()]
         self._lock.acquire()
         try:
             con = open_store(self._lock.real_path, s.duckdb_memory_limit)

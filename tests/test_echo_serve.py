@@ -190,3 +190,17 @@ def test_sigterm_at_any_moment_of_serve_is_a_clean_stop(tmp_path: Path, when: fl
         with duckdb.connect(str(db), read_only=True) as con:
             newest = available()[-1].version
             assert con.execute("SELECT max(version) FROM schema_version").fetchone() == (newest,)
+
+
+def test_a_port_lost_after_the_check_leaves_no_store_behind(tmp_path: Path) -> None:
+    """Both OTLP listeners on one free port: each passes the port check alone, the second bind fails
+    after the store was created, and that start removes the store, its log and its lock again."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    env = {**os.environ, "RANKECHO_TOKEN": TEST_TOKEN}
+    out = run_cli("serve", "--db", str(tmp_path / "e.db"), "--otlp-grpc", address, "--otlp-http", address,
+                  "--mcp-http", "", env=env)  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert f"cannot listen for OTLP/HTTP on {address}" in out.stderr and "Traceback" not in out.stderr
+    assert list(tmp_path.iterdir()) == [], "the failed start left files behind"
