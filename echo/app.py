@@ -28,14 +28,15 @@ import grpc
 
 from rankecho.echo import ops
 from rankecho.echo.guard.instance import seal
-from rankecho.echo.ingest.asgi_server import AsgiServer, Limits
+from rankecho.echo.ingest.asgi_server import AsgiServer, Limits, check_can_listen
 from rankecho.echo.ingest.auth import TokenCheck
 from rankecho.echo.ingest.grpc_server import start_grpc
 from rankecho.echo.ingest.http_server import OpsRoute, start_http
 from rankecho.echo.ingest.service import Ingest
 from rankecho.echo.sandbox import Sandbox, SandboxLimits
 from rankecho.echo.settings import HostPort, Settings, memory_limit_bytes
-from rankecho.echo.store.lock import StoreLock, StoreLockedError
+from rankecho.echo.store.location import StorePathError, check_store_path
+from rankecho.echo.store.lock import StoreLock, StoreLockedError, lock_path
 from rankecho.echo.store.migrate import migrate
 from rankecho.echo.store.reader import Reader
 from rankecho.echo.store.snapshot import Snapshots
@@ -65,14 +66,16 @@ def connect_address(host: str, port: int) -> str:
 
 
 def open_store(db_path: Path, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
-    """Open (creating if needed) and migrate the store; the caller must hold its :class:`StoreLock`."""
-    db_path.parent.mkdir(parents=True, exist_ok=True)
+    """Open (creating if needed) and migrate the store; the caller must hold its :class:`StoreLock` and
+    have checked the path (:func:`check_store_path`: its directory exists, it is no other kind of file)."""
     if db_path.exists() and db_path.stat().st_nlink > 1:
         log.warning("%s has %d hard links: DuckDB names its write-ahead log after the path opened, so "
                     "always start Echo with the same name", db_path, db_path.stat().st_nlink)  # fmt: skip
     try:
         con = duckdb.connect(str(db_path))
     except duckdb.IOException as exc:
+        if "not a valid duckdb" in str(exc).lower():  # replaced between the check and the open
+            raise StorePathError(f"{db_path} is not a DuckDB store: move it aside or change --db") from None
         if "lock" not in str(exc).lower():
             raise
         # Another process (not an Echo: those hold the StoreLock) has the file open read-write.
@@ -126,7 +129,16 @@ class Echo:
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> Echo:
+        """Check the store path and the ports, then lock, open, migrate and listen. A failure (a port
+        taken after the check, a store that cannot be opened) leaves nothing behind: every file this start
+        created is removed again, so a refused start can simply be retried with a corrected command line."""
         s = self.settings
+        check_store_path(s.db_path, s.create_dirs)
+        self._check_listeners()
+        real = self._lock.real_path
+        # A store this start creates goes again with its new log; an existing store's log is never touched.
+        created = [real, real.with_name(real.name + ".wal")] if not real.exists() else []
+        ours = [p for p in (*created, lock_path(real)) if not p.exists()]
         self._lock.acquire()
         try:
             con = open_store(self._lock.real_path, s.duckdb_memory_limit)
@@ -144,8 +156,20 @@ class Echo:
             self._start_listeners(run)
         except BaseException:
             self.stop()
+            for path in ours:  # created by this start: a refused start leaves no store, log or lock
+                path.unlink(missing_ok=True)
             raise
         return self
+
+    def _check_listeners(self) -> None:
+        """Every fixed port Echo will listen on is free (OSError naming the port and its flag if not)."""
+        s = self.settings
+        mcp = s.mcp_http if any(service.name == "mcp_http" for service in self.services) else None
+        wanted = (("OTLP/gRPC", s.otlp_grpc, "--otlp-grpc"), ("OTLP/HTTP", s.otlp_http, "--otlp-http"),
+                  ("MCP/HTTP", mcp, "--mcp-http"))  # fmt: skip
+        for name, where, flag in wanted:
+            if where is not None and where.port != 0:
+                check_can_listen(where, name, flag)
 
     def _start_listeners(self, run: _Running) -> None:
         s = self.settings

@@ -73,6 +73,7 @@ def add_serve(subparsers: Any) -> None:
         ),
     )
     p.add_argument("--db", required=True, help="DuckDB store file (created if missing)")
+    p.add_argument("--create-dirs", action="store_true", help="create --db's directory if it is missing")
     p.add_argument(
         "--otlp-grpc",
         default="0.0.0.0:4317",

@@ -111,6 +111,9 @@ class Settings:
     token; None: MCP takes ``token``. Set, it is required even with ``insecure_no_auth``."""
     gpu_rates: Path | None = None
     """GPU rates YAML for ``fleet.cluster.get_cost``; None: the bundled ``echo/mcp/gpu_rates.yaml``."""
+    create_dirs: bool = False
+    """Create a missing directory for ``db_path`` (``--create-dirs``); off, a missing one is refused, so a
+    mistyped ``--db`` is an error instead of a new, empty store somewhere unexpected."""
 
     def __post_init__(self) -> None:
         if self.token is None and not self.insecure_no_auth:
@@ -210,4 +213,5 @@ def settings_from_args(args: Any, env: Mapping[str, str] = os.environ) -> Settin
         analysis_workers=args.analysis_workers,
         mcp_token=read_token(args.mcp_token_file, env, MCP_TOKEN_ENV, "--mcp-token-file"),
         gpu_rates=gpu_rates_path(args.gpu_rates, env),
+        create_dirs=getattr(args, "create_dirs", False),
     )

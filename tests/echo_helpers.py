@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import datetime
 import ipaddress
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -244,3 +247,12 @@ class RestartableEcho:
 
     def stored(self) -> int:
         return int(self.echo.reader.query("SELECT count(*) FROM events").rows[0][0])
+
+
+def run_serve(db: str, cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``rankecho serve --db db`` on free loopback ports with ``TEST_TOKEN``, for runs that must be refused
+    (a held store, a bad path): returns when it exits; ``timeout`` fails a run that starts instead."""
+    command = [sys.executable, "-m", "rankecho", "serve", "--db", db, "--otlp-grpc", "127.0.0.1:0",
+               "--otlp-http", "127.0.0.1:0", "--mcp-http", ""]  # fmt: skip
+    env = {**os.environ, "RANKECHO_TOKEN": TEST_TOKEN}
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout)

@@ -3,6 +3,7 @@ and the seed's four queries on the store a served Echo wrote."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -21,8 +22,10 @@ from echo_helpers import TEST_TOKEN, grpc_export, node_request, wait_until
 
 from bench.launch.echo import EchoProcess
 from rankecho.echo.store.lock import StoreLock, StoreLockedError, is_locked
+from rankecho.echo.store.migrate import available
 from rankecho.shared import contract as c
 from rankecho.shared.otlp import Point, metrics_request
+from rankecho.sim.procs import signals_blocked
 
 RANKECHO = [sys.executable, "-m", "rankecho"]
 
@@ -115,8 +118,9 @@ def test_sigterm_drains_and_every_acknowledged_event_is_stored(echo_process: Ech
     assert total == distinct >= len(acked)
 
 
-@pytest.mark.parametrize("flag", ["--otlp-grpc", "--otlp-http"])
+@pytest.mark.parametrize("flag", ["--otlp-grpc", "--otlp-http", "--mcp-http"])
 def test_a_busy_port_is_a_clear_error(tmp_path: Path, flag: str) -> None:
+    """Found (issue 19): a busy port left a new empty store and its lock behind."""
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -124,6 +128,79 @@ def test_a_busy_port_is_a_clear_error(tmp_path: Path, flag: str) -> None:
         env = {**os.environ, "RANKECHO_TOKEN": TEST_TOKEN}
         ports = ["--otlp-grpc", "127.0.0.1:0", "--otlp-http", "127.0.0.1:0", "--mcp-http", "127.0.0.1:0"]
         out = run_cli("serve", "--db", str(tmp_path / "e.db"), *ports, flag, address, env=env)
-    assert out.returncode == 2
-    assert f"cannot listen for OTLP/{'gRPC' if flag == '--otlp-grpc' else 'HTTP'} on {address}" in out.stderr
-    assert not is_locked(tmp_path / "e.db")
+    assert out.returncode == 2, out.stderr
+    name = {"--otlp-grpc": "OTLP/gRPC", "--otlp-http": "OTLP/HTTP", "--mcp-http": "MCP/HTTP"}[flag]
+    assert f"cannot listen for {name} on {address}" in out.stderr and f"choose another {flag}" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert list(tmp_path.iterdir()) == [], "a refused start left files behind"
+
+
+STOP_BOUND_S = 20.0
+"""docs/echo.md: an idle Echo drains and exits well within this of a SIGTERM, sent at any moment."""
+
+
+def _serve_command(db: Path) -> list[str]:
+    return [*RANKECHO, "serve", "--db", str(db), "--otlp-grpc", "127.0.0.1:0", "--otlp-http", "127.0.0.1:0",
+            "--mcp-http", "127.0.0.1:0"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "when", [0.0, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0, "ready", "ready, repeated", "at once, launched blocked"]
+)
+def test_sigterm_at_any_moment_of_serve_is_a_clean_stop(tmp_path: Path, when: float | str) -> None:
+    """Found (issue 19): a SIGTERM right after "Echo ready" was lost now and then (the handler deadlocked
+    on the Event the main thread was waiting on) and Echo was killed 20 s later; a SIGTERM repeated
+    while Echo exited (a supervisor retrying) turned its exit 0 into -15. Sent at fixed delays (start-up:
+    imports, store creation, migration, listeners), at the listening line, and every 2 ms from there on;
+    and at once to an Echo started with SIGTERM blocked, as launchers do to cover the interpreter's start."""
+    db, log = tmp_path / "echo.db", tmp_path / "echo.log"
+    env = {**os.environ, "RANKECHO_TOKEN": TEST_TOKEN}
+    blocked = signals_blocked() if when == "at once, launched blocked" else contextlib.nullcontext()
+    with log.open("wb") as err, blocked:
+        proc = subprocess.Popen(_serve_command(db), stdout=subprocess.PIPE, stderr=err, env=env)
+    assert proc.stdout is not None
+    try:
+        if isinstance(when, float):
+            time.sleep(when)
+        elif when.startswith("ready"):
+            assert proc.stdout.readline(), log.read_text()
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        while when == "ready, repeated" and proc.poll() is None and time.monotonic() - sent < STOP_BOUND_S:
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.002)
+        try:
+            returncode = proc.wait(max(0.1, STOP_BOUND_S - (time.monotonic() - sent)))
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running {STOP_BOUND_S:g} s after SIGTERM; log:\n{log.read_text()[-3000:]}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+    text = log.read_text()
+    if returncode == -signal.SIGTERM and "blocked" not in str(when):  # only before serve's first line
+        assert text == "" and not db.exists(), f"killed by SIGTERM (-15) after serve started:\n{text[-3000:]}"
+    else:
+        assert returncode == 0, text[-3000:]
+        assert "Traceback" not in text, text
+        assert "stopped" in text or "nothing to drain" in text, text
+    assert not is_locked(db)
+    if db.exists():  # a stop during creation or migration still leaves a whole store
+        with duckdb.connect(str(db), read_only=True) as con:
+            newest = available()[-1].version
+            assert con.execute("SELECT max(version) FROM schema_version").fetchone() == (newest,)
+
+
+def test_a_port_lost_after_the_check_leaves_no_store_behind(tmp_path: Path) -> None:
+    """Both OTLP listeners on one free port: each passes the port check alone, the second bind fails
+    after the store was created, and that start removes the store, its log and its lock again."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    env = {**os.environ, "RANKECHO_TOKEN": TEST_TOKEN}
+    out = run_cli("serve", "--db", str(tmp_path / "e.db"), "--otlp-grpc", address, "--otlp-http", address,
+                  "--mcp-http", "", env=env)  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert f"cannot listen for OTLP/HTTP on {address}" in out.stderr and "Traceback" not in out.stderr
+    assert list(tmp_path.iterdir()) == [], "the failed start left files behind"

@@ -8,6 +8,7 @@ needs root (mount); elsewhere those tests skip with why.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from bench.launch.echo import EchoProcess
 from rankecho.echo.app import Echo
 from rankecho.echo.settings import HostPort, Settings
 from rankecho.echo.store.condition import cause_of
-from tests.echo_helpers import TEST_TOKEN, disk_filled, grpc_export, node_request
+from tests.echo_helpers import TEST_TOKEN, disk_filled, grpc_export, node_request, run_serve
 
 
 def settings(db: Path, **overrides: object) -> Settings:
@@ -125,3 +126,21 @@ def test_idle_checkpoints_keep_the_log_short(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "no checkpoint while idle"
             time.sleep(0.1)
         assert count(echo) == 3000
+
+
+def test_a_read_only_volume_is_refused_naming_the_fix(small_disk: Path, tmp_path: Path) -> None:
+    """Found (issue 19): a read-only directory said only ``[Errno 30] ... echo.db.lock``, with no fix."""
+    db = small_disk / "echo.db"
+    assert EchoProcess(db, TEST_TOKEN, log=tmp_path / "echo.log").start().stop() == 0
+    before = sorted(small_disk.iterdir())
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    try:
+        for name in (db, small_disk / "new.db"):  # the existing store, and a new one beside it
+            done = run_serve(str(name), timeout=30)
+            assert done.returncode == 2, done.stderr[-2000:]
+            assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+            assert f"{small_disk} is on a read-only file system" in done.stderr, done.stderr
+            assert "writable volume" in done.stderr and "fsGroup" in done.stderr and "--db" in done.stderr
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+    assert sorted(small_disk.iterdir()) == before

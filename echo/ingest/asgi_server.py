@@ -141,6 +141,16 @@ class AsgiServer:
             self._thread.join(self._limits.graceful_shutdown_s + 5.0)
 
 
+def check_can_listen(bind: HostPort, name: str, flag: str) -> None:
+    """Bind ``bind`` and let go at once: raise OSError naming the port and ``flag`` when it is taken, so
+    Echo refuses a busy port before it creates anything on disk (port 0 always binds)."""
+    try:
+        _bound_socket(bind, name).close()
+    except OSError as exc:
+        raise OSError(f"{exc}: stop the process that holds the port (ss -ltnp 'sport = :{bind.port}' names "
+                      f"it) or choose another {flag}") from None  # fmt: skip
+
+
 def _bound_socket(bind: HostPort, name: str) -> socket.socket:
     family = socket.AF_INET6 if ":" in bind.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

@@ -84,6 +84,7 @@ def start_grpc(
     except RuntimeError:
         port = 0
     if port == 0:
-        raise OSError(f"cannot listen for OTLP/gRPC on {address}: port in use, or not a local address")
+        raise OSError(f"cannot listen for OTLP/gRPC on {address}: port in use, or not a local address: "
+                      "stop the process holding it or choose another --otlp-grpc")  # fmt: skip
     server.start()
     return server, port

@@ -104,8 +104,7 @@ class StoreLock:
         self._file_fd: int | None = None
 
     def acquire(self) -> None:
-        path = lock_path(self.db_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = lock_path(self.db_path)  # its directory exists: echo.store.location checked
         created = not path.exists()
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
