@@ -104,8 +104,6 @@ SELECT * FROM 'r2://bucket/x.parquet'
 ====
 SELECT * FROM 'file:///etc/passwd'
 ====
-SELECT 'https://example.com/x.csv' AS u FROM events
-====
 SELECT * FROM (SELECT * FROM read_csv('/etc/passwd'))
 ====
 SELECT * FROM events WHERE node_id IN (SELECT column0 FROM read_csv('/etc/passwd'))
@@ -499,8 +497,6 @@ FROM read_csv('/etc/passwd')
 FROM '/etc/passwd'
 ====
 FROM duckdb_settings()
-====
-SELECT 'read_csv(''/etc/passwd'')' AS s
 ====
 SELECT * FROM events WHERE metric_name = 'x' OR (SELECT count(*) FROM sniff_csv('/etc/passwd')) > 0
 ====

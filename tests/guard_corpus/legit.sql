@@ -222,3 +222,7 @@ SELECT count(*) AS n FROM range(1000000)
 SELECT len(repeat('ab', 1000)) AS n
 ====
 SELECT * FROM (VALUES ('a', 1), ('b', 2)) t(k, v) ORDER BY k
+====
+SELECT 'https://example.com/x.csv' AS u FROM events
+====
+SELECT 'read_csv(''/etc/passwd'')' AS s
