@@ -35,8 +35,9 @@ from rankecho.echo.guard.policy import Policy, is_denied
 from rankecho.echo.guard.refusal import Refused
 from rankecho.echo.guard.refusal import safe_name as _safe
 
-CATALOG = "memory"
-"""The binder instance's database: a table scan must be ``memory.main.<allowed relation>``."""
+CATALOG = "store"
+"""The binding database's name, as in the workers: a table scan must be ``store.main.<allowed relation>``,
+and DuckDB's messages name the same catalog here as there."""
 PLAN_OPERATORS = frozenset(
     {
         "LOGICAL_AGGREGATE_AND_GROUP_BY",
@@ -92,6 +93,8 @@ def _database(policy: Policy) -> duckdb.DuckDBPyConnection:
         from rankecho.echo.store.migrate import migrate  # the store package imports the guard
 
         con = duckdb.connect(":memory:", config={"enable_external_access": False})
+        con.execute(f"ATTACH ':memory:' AS {CATALOG}")
+        con.execute(f"USE {CATALOG}")
         migrate(con)
         prune(con, policy, CATALOG)
         tables = con.execute("SELECT lower(table_name) FROM duckdb_tables()").fetchall()
@@ -110,6 +113,7 @@ def binder(policy: Policy) -> duckdb.DuckDBPyConnection:
     cur = cursors.get(policy)
     if cur is None:
         cur = _database(policy).cursor()
+        cur.execute(f"USE {CATALOG}")
         cur.execute("PRAGMA disable_optimizer")
         cursors[policy] = cur
     return cur
@@ -134,7 +138,8 @@ def check_bound(text: str, tree: Mapping[str, Any], policy: Policy, twin: bool =
     if not isinstance(plan, dict) or plan.get("error"):
         kind = str(plan.get("error_type", "")).title() if isinstance(plan, dict) else ""
         message = str(plan.get("error_message", "unknown")) if isinstance(plan, dict) else "unknown"
-        raise Refused(f"{kind} Error: {message.splitlines()[0][:200]}".strip())
+        detail = " ".join(line.strip() for line in message.splitlines()[:3])[:300]
+        raise Refused(f"{kind} Error: {detail}".strip())
     specials: dict[tuple[int, int], str] = {}
     _column_refs(tree, specials)
     try:
