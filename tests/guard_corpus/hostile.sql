@@ -615,3 +615,29 @@ SELECT * FROM (SHOW TABLES)
 SELECT * FROM events, (DESCRIBE events)
 ====
 FROM (SUMMARIZE events)
+====
+WITH schema_version AS (SELECT 1) SELECT * FROM main.schema_version
+====
+WITH schema_version AS (SELECT 1) SELECT * FROM "main"."schema_version"
+====
+WITH schema_version AS (SELECT 1) TABLE main.schema_version
+====
+SELECT current_user
+====
+SELECT user
+====
+SELECT "user"()
+====
+SELECT session_user
+====
+SELECT current_schema
+====
+SELECT current_catalog
+====
+SELECT current_role
+====
+SELECT setseed(0.5)
+====
+SELECT node_id, current_user AS u FROM events
+====
+SELECT * FROM events WHERE node_id = current_schema
