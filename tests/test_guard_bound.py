@@ -216,3 +216,27 @@ def test_over_long_statements_are_refused_before_anything_reads_them() -> None:
     with pytest.raises(Refused, match="longer than"):
         check_sql_uncached('SELECT "' + "/" * 10_000_000 + '"', POLICY)
     assert time.perf_counter() - started < 0.5
+
+
+# --- parameters: the project's named queries bind; a parameter hides nothing -----------------------------
+
+
+def test_every_named_query_passes_the_binding_layer() -> None:
+    from rankecho.echo.queries import FANIN, QUERIES
+
+    for query in [*QUERIES.values(), *FANIN.values()]:
+        assert check_sql_uncached(query.sql, POLICY)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT $1 AS p, current_user",  # parameters bound as NULL: the offsets after them still line up
+        "SELECT ?, ?, session_user",
+        "SELECT * FROM schema_version WHERE version = $v",
+        "WITH schema_version AS (SELECT 1) SELECT * FROM main.schema_version WHERE ? IS NULL",
+    ],
+)
+def test_parameters_hide_nothing(sql: str) -> None:
+    with pytest.raises(Refused):
+        check_sql_uncached(sql, POLICY)

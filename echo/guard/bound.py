@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import duckdb
@@ -124,28 +124,75 @@ def check_bound(text: str, tree: Mapping[str, Any], policy: Policy, twin: bool =
 
     ``twin``: ``text`` is a dynamic PIVOT's static twin (:mod:`echo.guard.pivot`), whose ``IN (NULL)``
     lacks the pivoted columns the rest of the query may name; when it cannot be bound for that reason
-    there is no plan to check, and the AST walk and the pruned catalog are what hold.
+    there is no plan to check, and the AST walk and the pruned catalog are what hold. Parameters
+    (``$start_ns``, ``?``) are bound as NULL when DuckDB needs their values to plan; when even that does
+    not bind (a parameter's type shapes the query: ``unnest($windows)``), the same holds. Only the
+    project's named queries run with parameter values; a caller's statement with a parameter fails to
+    run ("values were not provided").
     """
-    try:
-        row = binder(policy).execute("SELECT json_serialize_plan(?)", [text]).fetchone()
-        plan = json.loads(row[0]) if row else None
-    except duckdb.Error as exc:
-        raise Refused(f"DuckDB cannot plan the query ({str(exc).splitlines()[0][:160]})") from None
-    except (ValueError, RecursionError):
-        raise Refused("the query is too deeply nested") from None
-    if twin and isinstance(plan, dict) and plan.get("error_type") == "binder":
+    specials: dict[tuple[int, int], str] = {}
+    _column_refs(tree, specials)
+    plan = _plan(text, policy)
+    unplanned = twin  # the statement runs only as something this check cannot bind: see above and below
+    if isinstance(plan, dict) and "parameters need to have a known value" in str(plan.get("error_message")):
+        text, shift = _without_parameters(text, tree)
+        specials = {(shift(at), length): name for (at, length), name in specials.items()}
+        plan = _plan(text, policy)
+        unplanned = True  # a value's type may shape the query (unnest($rows)); callers' SQL has no values
+    if unplanned and isinstance(plan, dict) and plan.get("error_type") == "binder":
         return
     if not isinstance(plan, dict) or plan.get("error"):
         kind = str(plan.get("error_type", "")).title() if isinstance(plan, dict) else ""
         message = str(plan.get("error_message", "unknown")) if isinstance(plan, dict) else "unknown"
         detail = " ".join(line.strip() for line in message.splitlines()[:3])[:300]
         raise Refused(f"{kind} Error: {detail}".strip())
-    specials: dict[tuple[int, int], str] = {}
-    _column_refs(tree, specials)
     try:
         _walk(plan.get("plans"), policy, specials)
     except RecursionError:
         raise Refused("the query is too deeply nested") from None
+
+
+def _plan(text: str, policy: Policy) -> Any:
+    try:
+        row = binder(policy).execute("SELECT json_serialize_plan(?)", [text]).fetchone()
+        return json.loads(row[0]) if row else None
+    except duckdb.Error as exc:
+        raise Refused(f"DuckDB cannot plan the query ({str(exc).splitlines()[0][:160]})") from None
+    except (ValueError, RecursionError):
+        raise Refused("the query is too deeply nested") from None
+
+
+def _without_parameters(text: str, tree: Mapping[str, Any]) -> tuple[str, Callable[[int], int]]:
+    """``text`` with every parameter the AST found replaced by NULL, and the map from an offset in
+    ``text`` to the same place in the result."""
+    spans: list[tuple[int, int]] = []
+    _parameters(tree, spans)
+    out, edits, last = [], [], 0
+    for at, length in sorted(set(spans)):
+        if at < last:
+            continue
+        out += [text[last:at], "NULL"]
+        edits.append((at + length, 4 - length))
+        last = at + length
+    out.append(text[last:])
+
+    def shift(offset: int) -> int:
+        return offset + sum(delta for end, delta in edits if end <= offset)
+
+    return "".join(out), shift
+
+
+def _parameters(node: Any, out: list[tuple[int, int]]) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _parameters(item, out)
+    elif isinstance(node, Mapping):
+        where = _location(node)
+        if node.get("class") == "PARAMETER" and where:
+            out.append(where)
+        for value in node.values():
+            if isinstance(value, (Mapping, list)):
+                _parameters(value, out)
 
 
 def _column_refs(node: Any, out: dict[tuple[int, int], str]) -> None:
