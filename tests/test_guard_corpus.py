@@ -20,6 +20,7 @@ import pytest
 from guard_corpus.corpus import build_store, fingerprint, load
 
 from rankecho.echo.guard import Refused, check_sql, project_policy
+from rankecho.echo.guard.bound import check_bound
 from rankecho.echo.guard.lexical import check_lexical
 from rankecho.echo.guard.parsed import check_parsed
 from rankecho.echo.mcp.rates import load_rates
@@ -134,8 +135,8 @@ def test_store_unchanged_after_both_corpora(
         assert not Path(written).exists(), f"{written} exists: something wrote outside the store"
 
 
-def test_parser_layer_refuses_what_the_lexical_layer_lets_through() -> None:
-    passed_lexical = []
+def test_parser_and_binding_layers_refuse_what_the_lexical_layer_lets_through() -> None:
+    passed_lexical, passed_parser = [], []
     for sql in HOSTILE:
         try:
             text = check_lexical(sql)
@@ -143,9 +144,13 @@ def test_parser_layer_refuses_what_the_lexical_layer_lets_through() -> None:
             continue
         passed_lexical.append(sql)
         with pytest.raises(Refused):
-            check_parsed(text, project_policy())
-    # Homoglyphs, other schemas and unknown tables get past spelling rules: the AST walk must catch them.
+            checked, tree = check_parsed(text, project_policy())
+            passed_parser.append(sql)
+            check_bound(checked, tree, project_policy(), twin=checked != text)
+    # Homoglyphs, other schemas and unknown tables get past spelling rules: the AST walk must catch them;
+    # special values (current_user: a column reference to the parser) only DuckDB's binder resolves.
     assert len(passed_lexical) >= 10
+    assert "SELECT current_user" in passed_parser
 
 
 @pytest.mark.parametrize(

@@ -26,14 +26,15 @@ from rankecho.echo.guard.lexical import (
     MAX_QUERY_CHARS,
     _invisible,
     _quoted_source,
-    blank_literals,
     check_lexical,
+    path_like,
 )
 from rankecho.echo.guard.limits import _apply, _arguments, _count, check_sizes, number, range_size
 from rankecho.echo.guard.parsed import _parser, _safe, _walk, check_parsed, serialize
 from rankecho.echo.guard.pivot import static_twin
 from rankecho.echo.guard.policy import DEFAULT_TABLE_FUNCTIONS, is_denied
 from rankecho.echo.guard.refusal import ALLOWED, safe_message
+from rankecho.echo.guard.tokens import tokens
 
 POLICY = project_policy()
 
@@ -53,6 +54,7 @@ NON_ASCII = (
     "names outside quotes must be plain ASCII (a look-alike letter can hide a function): "
     'double-quote names such as "métrique"'
 )
+QUOTED_NAME = "a quoted table name must be a plain name (a replacement scan would read it as a file)"
 ESCAPE = "escape-string literals (E'...') are not allowed; use plain '...' strings"
 
 
@@ -93,7 +95,7 @@ def test_check_lexical_returns_the_normalised_text(sql: str, expected: str) -> N
         ("SELECT 1\x00", "the query contains control, invisible or bidirectional characters"),
         ("SELECT\u200b1", "the query contains control, invisible or bidirectional characters"),
         ("SELECT * FROM read_csv('/etc/passwd')", FILE_READERS),
-        ("SELECT 'ｒｅａｄ_csv'", FILE_READERS),  # spelled in full-width inside a literal: found after NFKC
+        ("SELECT ｒｅａｄ_csv('x')", FILE_READERS),  # spelled in full-width: found after NFKC
         ("SELECT current_setting('threads')", "DuckDB catalog and settings introspection is not allowed"),
         ("SELECT 1; DELETE FROM events", "'DELETE' statements and clauses are not allowed"),
         ("select 1; drop table events", "'DROP' statements and clauses are not allowed"),
@@ -105,7 +107,12 @@ def test_check_lexical_returns_the_normalised_text(sql: str, expected: str) -> N
         ("SELECT * FROM 'x.csv'", QUOTED_SOURCE),
         ("SELECT 1 WHERE EXISTS (SELECT * FROM 'x.csv')", QUOTED_SOURCE),
         ("SELECT mé FROM events", NON_ASCII),
-        ('SELECT "a/b" FROM events', "quoted names that look like paths or URLs are not allowed"),
+        ('SELECT "/a/b" FROM events', "quoted names that look like paths or URLs are not allowed"),
+        ('SELECT 1 AS "x.parquet"', "quoted names that look like paths or URLs are not allowed"),
+        ("SELECT $$x$$", "dollar-quoted literals ($$...$$) are not allowed; use plain '...' strings"),
+        ("SELECT U&'\\0061'", "unicode-escape literals and names (U&'...') are not allowed"),
+        ('SELECT * FROM "events/s"', QUOTED_NAME),
+        ("WITH x AS (SELECT 1) DELETE FROM events", "'DELETE' statements and clauses are not allowed"),
         ("SELECT E'\\x41'", ESCAPE),
     ],
 )
@@ -138,29 +145,51 @@ def test_invisible_characters(ch: str, invisible: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "blanked"),
+    ("text", "kinds"),
     [
-        ("SELECT 'ab', x", "SELECT     , x"),
-        ("SELECT 'it''s' -- note\nFROM t", "SELECT " + " " * 15 + "\nFROM t"),
-        ("SELECT /* c */ 1", "SELECT " + " " * 7 + " 1"),
-        ("SELECT ('x')", "SELECT (   )"),
-        ("'x' AS e", "    AS e"),  # a literal at offset 0 has no prefix
-        ("SELECT some'x'", "SELECT some   "),  # 'e' ends a longer word: not an E-string
-        ("SELECT _e'x'", "SELECT _e   "),
-        ("SELECT X'41'", "SELECT X    "),
-        ("SELECT e--x\nFROM t", "SELECT e   \nFROM t"),  # a comment after 'e' is not a literal
-        ("SELECT 'unterminated", "SELECT " + " " * 13),
+        ("SELECT 'ab', x", [("SELECT", "keyword"), ("'ab'", "string"), (",", "operator"), ("x", "name")]),
+        ("SELECT 'it''s' -- note\nFROM t", [("SELECT", "keyword"), ("'it''s'", "string"), ("FROM", "keyword"),
+                                            ("t", "name")]),
+        ("SELECT /* a /* b */ c */ 1", [("SELECT", "keyword"), ("1", "number")]),  # nested comment
+        ('SELECT "a""b" AS load', [("SELECT", "keyword"), ('"a""b"', "name"), ("AS", "keyword"),
+                                   ("load", "keyword")]),
+        ("SELECT e'x'", [("SELECT", "keyword"), ("e'x'", "string")]),
+        ("SELECT x/*c*/FROM t", [("SELECT", "keyword"), ("x", "name"), ("FROM", "keyword"), ("t", "name")]),
     ],
 )
-def test_blank_literals_keeps_every_other_character_in_place(text: str, blanked: str) -> None:
-    assert blank_literals(text) == blanked
+def test_tokens_are_duckdbs(text: str, kinds: list[tuple[str, str]]) -> None:
+    assert [(t.text, t.kind) for t in tokens(text)] == kinds
+
+
+def test_token_names_and_comments() -> None:
+    quoted = tokens('SELECT "a""b", "x')
+    assert [t.name for t in quoted] == ["SELECT", 'a"b', ",", "x"]
+    assert [t.quoted for t in quoted] == [False, True, False, True]
+    assert [t.kind for t in tokens("SELECT 1 -- c", comments=True)] == ["keyword", "number", "comment"]
+    assert tokens("SELECT  x")[1].start == 8 and tokens("SELECT  x ")[1].end == 9
 
 
 @pytest.mark.parametrize(
-    "text", ["SELECT E'x'", "SELECT e'x'", "E'x' AS a", "SELECT (E'abc')", "SELECT 1,E'abc'"]
+    ("name", "path"),
+    [
+        ("/etc/passwd", True),
+        ("~/x", True),
+        ("\\\\host\\x", True),
+        ("./x", True),
+        ("../x", True),
+        ("C:x", True),
+        ("s3://b/k", True),
+        ("a.parquet", True),
+        ("A.CSV", True),
+        ("events/s", False),
+        ("rankecho.health.score", False),
+        ("GB/s", False),
+        ("ab:c", False),
+        ("", False),
+    ],
 )
-def test_blank_literals_refuses_escape_strings(text: str) -> None:
-    assert reason(lambda: blank_literals(text)) == ESCAPE
+def test_path_like(name: str, path: bool) -> None:
+    assert path_like(name) is path
 
 
 @pytest.mark.parametrize(
@@ -209,7 +238,7 @@ def test_blank_literals_refuses_escape_strings(text: str) -> None:
     ],
 )
 def test_quoted_source(sql: str, quoted: bool) -> None:
-    assert _quoted_source(sql) is quoted
+    assert (_quoted_source(tokens(sql)) is not None) is quoted
 
 
 # --- dynamic PIVOT -------------------------------------------------------------------------------

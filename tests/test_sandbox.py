@@ -8,6 +8,8 @@ the workers read a snapshot that follows ingest.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +24,7 @@ from guard_corpus.corpus import build_store
 from rankecho.echo.app import Echo
 from rankecho.echo.guard import Refused
 from rankecho.echo.sandbox import Sandbox, SandboxLimits
-from rankecho.echo.store.reader import QueryBusyError, QueryResourceError, QueryTimeoutError
+from rankecho.echo.store.reader import QueryBusyError, QueryError, QueryResourceError, QueryTimeoutError
 from rankecho.echo.store.snapshot import Snapshots
 
 CAP = 384 << 20
@@ -49,6 +51,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def sandbox(store: Path) -> Iterator[Sandbox]:
     box = Sandbox(lambda: store, SandboxLimits(memory_bytes=CAP, workers=2, margin_s=1.0), timeout_s=5)
+    box.query("SELECT 1")  # the private copy made and pruned, a worker started: the tests time queries
     yield box
     box.close()
 
@@ -151,6 +154,10 @@ def test_echo_workers_read_a_snapshot_that_follows_ingest(tmp_path: Path) -> Non
         assert rows == [("node-a", 50), ("node-b", 25)]
         copies = list((tmp_path / "echo.db.analysis").glob("snapshot-*.db"))
         assert 1 <= len(copies) <= 2  # older snapshots are deleted
+        newest = max(copies, key=lambda p: int(p.stem.split("-")[1]))  # what the last query read: pruned
+        with duckdb.connect(str(newest), read_only=True) as con:
+            tables = con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()
+        assert tables == [("collectives",), ("events",), ("host_activity",)]
     assert not (tmp_path / "echo.db.analysis").exists()
 
 
@@ -216,3 +223,72 @@ def test_every_value_type_comes_back_as_duckdb_returns_it(sandbox: Sandbox, stor
     with duckdb.connect(str(store), read_only=True) as con:
         want = con.execute(sql).fetchall()
     assert sandbox.query(sql).rows == want
+
+
+# --- issue 22: nothing to read but what is allowed ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def unguarded(store: Path) -> Iterator[Sandbox]:
+    """The sandbox with no guard at all: what the worker's catalog holds is all that protects."""
+    limits = SandboxLimits(memory_bytes=CAP, workers=1, margin_s=1.0)
+    box = Sandbox(lambda: store, limits, 5, check=let_through)
+    yield box
+    box.close()
+
+
+def test_the_workers_catalog_holds_only_the_allowed_relations(unguarded: Sandbox, store: Path) -> None:
+    tables = unguarded.query("SELECT database_name, schema_name, table_name FROM duckdb_tables() ORDER BY 3")
+    assert tables.rows == [("store", "main", name) for name in ("collectives", "events", "host_activity")]
+    databases = unguarded.query("SELECT database_name FROM duckdb_databases() WHERE NOT internal ORDER BY 1")
+    assert databases.rows == [("memory",), ("store",)]
+    for objects in (
+        "duckdb_views() WHERE NOT internal",
+        "duckdb_sequences()",
+        "duckdb_indexes() WHERE table_name NOT IN ('events', 'collectives', 'host_activity')",
+        "duckdb_tables() WHERE database_name = 'memory'",
+    ):
+        assert unguarded.query(f"SELECT count(*) FROM {objects}").rows == [(0,)], objects
+    assert unguarded.query("SELECT count(*) FROM events").rows == [(4000,)]
+    with duckdb.connect(str(store), read_only=True) as con:  # the caller's file is never changed
+        assert con.execute("SELECT count(*) FROM schema_version").fetchone() == (2,)
+    assert sorted(p.name for p in store.parent.iterdir()) == [store.name]
+
+
+def test_the_internal_table_family_finds_nothing_without_the_guard(unguarded: Sandbox) -> None:
+    """Every statement of tests/test_guard_bound.py's family against schema_version, with no guard: each
+    fails to find the table or reads only its CTE; none returns a migration's name."""
+    from test_guard_bound import INTERNAL
+
+    answered = 0
+    for sql in INTERNAL:
+        try:
+            result = unguarded.query(sql)
+        except QueryError as error:
+            assert "schema_version" in str(error).lower() or "Binder Error" in str(error)
+            continue
+        answered += 1
+        assert "_events.sql" not in repr(result.rows) and "analysis_tables" not in repr(result.rows), sql
+    assert answered < len(INTERNAL) // 2
+
+
+def test_a_store_another_process_writes_is_refused_not_copied(tmp_path: Path) -> None:
+    path = tmp_path / "live.db"
+    build_store(path).close()
+    hold = f"import duckdb, time; c = duckdb.connect({str(path)!r}); print(1, flush=True); time.sleep(30)"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", hold],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "1"
+        box = Sandbox(lambda: path, SandboxLimits(memory_bytes=CAP, workers=1), 5)
+        try:
+            with pytest.raises(QueryError, match="open for writing by another process"):
+                box.query("SELECT count(*) FROM events")
+        finally:
+            box.close()
+    finally:
+        writer.kill()
+        writer.wait()

@@ -1,4 +1,5 @@
-"""The guard's single entry point: lexical pre-check, then DuckDB's parser and the AST allowlist.
+"""The guard's single entry point: lexical pre-check, DuckDB's parser and the AST allowlist, then DuckDB's
+binder and the plan's allowlist.
 
 Both the MCP boundary and the store's read path call :func:`check_sql`, so the two cannot drift.
 
@@ -13,6 +14,7 @@ import functools
 import re
 from pathlib import Path
 
+from rankecho.echo.guard.bound import check_bound
 from rankecho.echo.guard.lexical import check_lexical
 from rankecho.echo.guard.parsed import check_parsed
 from rankecho.echo.guard.policy import Policy
@@ -54,7 +56,8 @@ def check_sql_uncached(sql: str, policy: Policy) -> str:
     """:func:`check_sql` without the memory of allowed statements (benchmarks measure this)."""
     try:
         text = check_lexical(sql)
-        check_parsed(text, policy)
+        checked, tree = check_parsed(text, policy)
+        check_bound(checked, tree, policy, twin=checked != text)
     except Refused as refused:
         raise Refused(refused.reason, policy.allowed_text()) from None
     return text

@@ -25,6 +25,7 @@ from rankecho.echo.guard.limits import check_sizes
 from rankecho.echo.guard.pivot import static_twin
 from rankecho.echo.guard.policy import IDENTIFIER, Policy
 from rankecho.echo.guard.refusal import Refused
+from rankecho.echo.guard.refusal import safe_name as _safe
 
 QUERY_NODES = frozenset({"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE"})
 TABLE_REFS = frozenset(
@@ -86,6 +87,11 @@ def _parser() -> duckdb.DuckDBPyConnection:
 
 def serialize(sql: str) -> dict[str, Any]:
     """DuckDB's AST for one SELECT, as JSON; refuses anything DuckDB will not serialise."""
+    return serialized(sql)[1]
+
+
+def serialized(sql: str) -> tuple[str, dict[str, Any]]:
+    """The text DuckDB's AST was made from (``sql``, or a dynamic PIVOT's static twin) and the AST."""
     try:
         statements = duckdb.extract_statements(sql)
         if len(statements) != 1:
@@ -102,7 +108,7 @@ def serialize(sql: str) -> dict[str, Any]:
         if twin is None or twin == sql:
             raise Refused("only SELECT statements are allowed, got MULTI")
         try:
-            return serialize(twin)
+            return serialized(twin)
         except Refused as refused:
             raise Refused(
                 f"this PIVOT could not be checked ({refused.reason}); list the values instead: "
@@ -118,16 +124,18 @@ def serialize(sql: str) -> dict[str, Any]:
     if not isinstance(tree, dict) or tree.get("error") or len(tree.get("statements", ())) != 1:
         reason = tree.get("error_message", "not a plain SELECT") if isinstance(tree, dict) else "unknown"
         raise Refused(f"only plain SELECT queries are allowed ({str(reason)[:120]})")
-    return tree
+    return sql, tree
 
 
-def check_parsed(sql: str, policy: Policy) -> None:
-    """Raise :class:`Refused` unless every node of the query's AST is allowed by ``policy``."""
-    tree = serialize(sql)
+def check_parsed(sql: str, policy: Policy) -> tuple[str, dict[str, Any]]:
+    """Raise :class:`Refused` unless every node of the query's AST is allowed by ``policy``; return what
+    :func:`serialized` returns (the binding layer checks the same text)."""
+    text, tree = serialized(sql)
     try:
         _walk(tree["statements"][0], policy, frozenset())
     except RecursionError:
         raise Refused("the query is too deeply nested") from None
+    return text, tree
 
 
 def _walk(node: Any, policy: Policy, ctes: frozenset[str]) -> None:
@@ -198,13 +206,15 @@ def _check_expression(node: Mapping[str, Any], policy: Policy) -> None:
 
 def _check_table(node: Mapping[str, Any], policy: Policy, ctes: frozenset[str]) -> None:
     name = str(node.get("table_name", ""))
-    if node.get("catalog_name") or node.get("schema_name") not in ("", "main"):
+    if node.get("catalog_name") or str(node.get("schema_name", "")).lower() not in ("", "main"):
         raise Refused("only the main schema of this database can be read")
     if node.get("at_clause"):
         raise Refused("time-travel (AT ...) clauses are not allowed")
     if not IDENTIFIER.match(name):
         raise Refused("a table name must be a plain identifier (files and URLs cannot be read)")
-    if not (policy.allows_relation(name) or name.lower() in ctes):
+    # Only an unqualified name can be a CTE: DuckDB binds ``main.x`` to the table even inside
+    # ``WITH x AS (...)``.
+    if not (policy.allows_relation(name) or (name.lower() in ctes and not node.get("schema_name"))):
         raise Refused(f"unknown table {_safe(name)}")
 
 
@@ -222,12 +232,6 @@ def _check_table_function(node: Mapping[str, Any], policy: Policy, ctes: frozens
     for key, value in node.items():
         if key != "function" and isinstance(value, (Mapping, list)):
             _walk(value, policy, ctes)
-
-
-def _safe(name: str) -> str:
-    """A caller-supplied name, shortened and reduced to printable ASCII, for a refusal message."""
-    cleaned = "".join(ch if ch.isascii() and ch.isprintable() else "?" for ch in name[:60])
-    return f"'{cleaned}'"
 
 
 def _first_line(exc: BaseException) -> str:

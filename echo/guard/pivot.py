@@ -15,18 +15,14 @@ Usage::
 
 from __future__ import annotations
 
-from rankecho.echo.guard.lexical import TOKEN
+from rankecho.echo.guard.tokens import tokens as scan
 
 _END_OF_ON = frozenset({"using", "group", "order", "limit", "offset", "qualify", "where", "having"})
 
 
 def static_twin(sql: str) -> str | None:
     """``sql`` with ``IN (NULL)`` after every PIVOT ON expression lacking an IN list; None if none."""
-    tokens = [
-        (m.start(), m.end(), m.group(0))
-        for m in TOKEN.finditer(sql)
-        if not m.group(0).startswith(("--", "/*"))
-    ]
+    tokens = [(tok.start, tok.end, tok.text) for tok in scan(sql)]
     inserts: list[int] = []
     for i, (_, _, text) in enumerate(tokens):
         if text.lower() not in ("pivot", "pivot_wider"):

@@ -40,6 +40,8 @@ DENIED_FUNCTIONS: frozenset[str] = frozenset(
         "current_query",
         "current_user",
         "session_user",
+        "user",
+        "setseed",
         "user_agent",
         "platform",
         "nextval",

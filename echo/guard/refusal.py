@@ -29,6 +29,12 @@ class Refused(ValueError):
         super().__init__(f"query refused: {reason}. {allowed}".strip())
 
 
+def safe_name(name: str) -> str:
+    """A caller-supplied name, shortened and reduced to printable ASCII, for a refusal message."""
+    cleaned = "".join(ch if ch.isascii() and ch.isprintable() else "?" for ch in name[:60])
+    return f"'{cleaned}'"
+
+
 def safe_message(exc: BaseException, max_chars: int = 400) -> str:
     """An error's first lines with file paths replaced by ``<path>``, bounded in size, never a trace."""
     text = " ".join(line.strip() for line in str(exc).splitlines()[:4] if line.strip())

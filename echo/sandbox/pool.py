@@ -2,8 +2,11 @@
 
 :class:`Sandbox` has the :class:`rankecho.echo.store.reader.Reader` ``query`` signature. Each query is guarded
 (:func:`rankecho.echo.guard.check_sql`), then handed to one of ``workers`` child processes
-(:mod:`rankecho.echo.sandbox.worker`) that reads a store file (a snapshot of the live store, see
-:mod:`rankecho.echo.store.snapshot`, or a store no Echo holds). While it waits for the answer, this side:
+(:mod:`rankecho.echo.sandbox.worker`) that reads a private copy of the store: a snapshot of the live
+store (:mod:`rankecho.echo.store.snapshot`), or, for a store file no Echo holds (``rankecho query``,
+``rankecho mcp --db``), a copy made here, in a private temporary directory, again whenever the file
+changes. Workers prune the copy to what the guard's policy allows before they read it, and never change
+the caller's file. While it waits for the answer, this side:
 
 - kills the worker when its RSS passes ``memory_bytes`` (polled every ``POLL_S``; the worker's own
   ``RLIMIT_AS`` catches what grows faster than that);
@@ -22,6 +25,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
@@ -48,6 +52,7 @@ from rankecho.echo.store.reader import (
     QueryResult,
     QueryTimeoutError,
 )
+from rankecho.echo.store.snapshot import SnapshotError, Snapshots, is_private_copy
 
 POLL_S = 0.02
 START_TIMEOUT_S = 30.0
@@ -145,6 +150,8 @@ class Sandbox:
         self._idle: list[_Process] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._copies: dict[Path, Snapshots] = {}
+        """Private copies of store files that are not already private copies, by file."""
 
     # -- workers ----------------------------------------------------------------------------------
     def _take(self, deadline: float) -> _Process:
@@ -182,12 +189,29 @@ class Sandbox:
         self._slots.release()
 
     def close(self) -> None:
-        """Kill every idle worker (running queries finish or are killed at their deadline)."""
+        """Kill every idle worker (running queries finish or are killed at their deadline) and delete the
+        copies this sandbox made."""
         self._closed = True
         with self._lock:
             idle, self._idle = self._idle, []
+            copies, self._copies = list(self._copies.values()), {}
         for proc in idle:
             proc.kill()
+        for snapshots in copies:
+            snapshots.remove_all()
+
+    def _readable(self, path: Path) -> Path:
+        """A copy of ``path`` the workers may prune: ``path`` itself when it is a snapshot's copy, else a
+        copy made here (refreshed when the file changes), never the caller's file."""
+        if is_private_copy(path):
+            return path
+        with self._lock:
+            snapshots = self._copies.get(path)
+            if snapshots is None:
+                directory = Path(tempfile.mkdtemp(prefix="rankecho-store-"))
+                snapshots = Snapshots(path, contextlib.nullcontext, directory, copy_files=_copy_elsewhere)
+                self._copies[path] = snapshots
+        return snapshots.current()
 
     # -- reading ----------------------------------------------------------------------------------
     def _read(self, proc: _Process, size: int, deadline: float) -> bytes:
@@ -247,7 +271,7 @@ class Sandbox:
         byte_cap = self.max_bytes if max_bytes is None else max_bytes
         started = time.monotonic()
         deadline = started + timeout + self.limits.margin_s
-        db = str(self.source())  # may wait (briefly) for a fresh snapshot of the live store
+        db = str(self._readable(self.source()))  # may wait (briefly) for a fresh copy of the store
         proc = self._take(started + timeout)
         reusable = False
         try:
@@ -316,6 +340,33 @@ class Sandbox:
             f"query needed more than {self.limits.memory_bytes >> 20} MiB and was stopped: aggregate "
             "before returning rows, narrow the time window, and keep range()/repeat() sizes small"
         )
+
+
+COPIER = Path(__file__).resolve().with_name("copier.py")
+
+
+def _copy_elsewhere(source: Path, target: Path, wal_length: int) -> None:
+    """Copy a store file no snapshot owns, in a process of its own (see :mod:`echo.sandbox.copier`)."""
+    del wal_length  # the copier copies the whole WAL: no writer holds the file
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", str(COPIER), str(source), str(target)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=600,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise SnapshotError("copying the store for analysis took over 600 s") from None
+    if done.returncode == 3:
+        raise SnapshotError(
+            "the store file is open for writing by another process (a running Echo?): query it through "
+            "that Echo's run_analysis, or stop it first"
+        )
+    if done.returncode:
+        last = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["unknown error"]
+        raise SnapshotError(f"copying the store for analysis failed ({last[0][:200]})")
 
 
 def _timeout_text(timeout: float) -> str:

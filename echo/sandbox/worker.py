@@ -1,10 +1,14 @@
 """The analysis worker: a child process that runs callers' SQL under hard OS limits.
 
 Started by :class:`echo.sandbox.pool.Sandbox` as
-``python -m rankecho.echo.sandbox.worker CAP THREADS SPILL_DIR``. It
-opens an in-memory DuckDB, attaches the store file it is told to read as ``store`` (READ_ONLY, so a
-file name never appears in an error: the catalog is always ``store``), defines the analysis macros,
-then seals the instance (no files, URLs or extensions; settings locked). Once set up it caps its own
+``python -m rankecho.echo.sandbox.worker CAP THREADS SPILL_DIR``. It reads only private copies of the
+store (:mod:`rankecho.echo.store.snapshot`); the first worker to read a copy prunes it in place
+(:func:`rankecho.echo.guard.catalog.prune`: everything the guard's policy does not allow is dropped,
+the migrations table ``schema_version`` among them), under a file lock, once. It then opens an
+in-memory DuckDB, attaches the copy as ``store`` (READ_ONLY, so a file name never appears in an error:
+the catalog is always ``store``), defines the analysis macros, then seals the instance (no files, URLs
+or extensions; settings locked). So the instance holds the allowed relations, the analysis macros and
+nothing else: a name that slips past the guard finds nothing to read. Once set up it caps its own
 address space (``RLIMIT_AS`` = what it uses now + ``CAP_BYTES``), so an allocation DuckDB's
 ``memory_limit`` does not see (lists folded from constants, one huge string, the conversion to Python)
 fails inside this process instead of growing Echo. The parent also watches this process's RSS and kills
@@ -17,6 +21,8 @@ Each request runs in a READ ONLY transaction with an interrupt timer; rows go ba
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
+import os
 import resource
 import shutil
 import sys
@@ -25,6 +31,8 @@ from typing import Any, BinaryIO
 
 import duckdb
 
+from rankecho.echo.guard.catalog import prune
+from rankecho.echo.guard.check import project_policy
 from rankecho.echo.guard.instance import seal
 from rankecho.echo.sandbox.protocol import read_frame, write_frame
 from rankecho.echo.store.reader import ANALYSIS_PRELUDE, row_bytes
@@ -59,6 +67,7 @@ class Worker:
         if self.con is not None and self.db == db:
             return self.con
         self.close()
+        prune_copy(db)
         config: dict[str, str | bool | int | float | list[str]] = {
             "threads": self.threads,
             "temp_directory": self.spill,  # private, removed by the parent; never the working directory
@@ -81,7 +90,7 @@ class Worker:
     def run(self, request: dict[str, Any], out: BinaryIO) -> None:
         try:
             cur = self.open(str(request["db"]))  # not a cursor: USE and the temp macros are per connection
-        except duckdb.Error as exc:
+        except (duckdb.Error, OSError) as exc:
             write_frame(out, {"error": "query", "message": f"cannot read the store snapshot: {exc}"})
             return
         timer = threading.Timer(float(request["timeout_s"]), cur.interrupt)
@@ -106,6 +115,22 @@ class Worker:
                 cur.execute("ROLLBACK")
             except duckdb.Error:
                 self.close()
+
+
+def prune_copy(db: str) -> None:
+    """Drop from the store copy ``db`` everything the guard's policy does not allow, once: the first
+    worker does it (read-write, before anyone attaches the copy) and leaves ``db.pruned``; the others
+    wait on ``db.lock`` and find the marker."""
+    with open(db + ".lock", "a", encoding="ascii") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(db + ".pruned"):
+            return
+        with duckdb.connect(db, config={"enable_external_access": False}) as con:
+            (name,) = con.execute("SELECT current_database()").fetchone() or ("",)
+            prune(con, project_policy(), str(name))
+            con.execute("CHECKPOINT")
+        with open(db + ".pruned", "w", encoding="ascii"):
+            pass
 
 
 def plain(value: Any) -> Any:

@@ -7,7 +7,10 @@ the store changed since the last one (size and mtime of the file or its WAL), in
 at most every ``min_interval_s`` or four times as long as the last copy took (so a large store is not
 copied over and over); the query waits for it at most ``wait_s`` and otherwise
 reads the previous copy (so a query never waits for a large copy; only the first copy is always
-waited for). The two newest copies are kept, older ones deleted.
+waited for). The two newest copies are kept, older ones deleted. A copy is private to the analysis
+workers (:func:`is_private_copy`): the first worker to read it drops from it everything the guard's
+policy does not allow (:func:`rankecho.echo.guard.catalog.prune`), so the catalog the workers see
+holds the allowed relations and nothing else.
 
 How a copy stays consistent while the writer commits: DuckDB changes the store file itself only when
 it checkpoints (or writes a large insert's row groups ahead of its commit); commits append to the WAL.
@@ -38,6 +41,17 @@ from rankecho.echo.store.reader import QueryError
 log = logging.getLogger(__name__)
 HELD_COPY_BYTES = 64 << 20
 COPY_CHUNK = 8 << 20
+SIDECARS = (".wal", ".lock", ".pruned")
+"""Files beside a copy: its WAL prefix, and the workers' lock and marker for pruning it."""
+_private: set[str] = set()
+_private_lock = threading.Lock()
+
+
+def is_private_copy(path: Path) -> bool:
+    """True for a copy some :class:`Snapshots` of this process made and still keeps: the analysis
+    workers may change it (prune it) in place; any other file they must not touch."""
+    with _private_lock:
+        return str(path) in _private
 
 
 class SnapshotError(QueryError):
@@ -77,7 +91,10 @@ class Snapshots:
         min_interval_s: float = 0.0,
         wait_s: float = 2.0,
         held_copy_bytes: int = HELD_COPY_BYTES,
+        copy_files: Callable[[Path, Path, int], None] | None = None,
     ) -> None:
+        """``copy_files(source, target, wal_length)`` replaces the in-process copy (the analysis
+        sandbox copies a store file it does not own in a process of its own)."""
         self.db_path = db_path
         self.directory = directory or db_path.with_name(db_path.name + ".analysis")
         self.min_interval_s = min_interval_s
@@ -87,6 +104,7 @@ class Snapshots:
         self.held_s = 0.0
         """Seconds commits were held by the last copy."""
         self._hold = hold
+        self._copy_with = copy_files
         self._lock = threading.Lock()
         self._kept: list[Path] = []
         self._state: tuple[tuple[int, int, int], tuple[int, int, int]] | None = None
@@ -117,6 +135,8 @@ class Snapshots:
         started = time.monotonic()
         try:
             target, state = self._copy()
+            with _private_lock:
+                _private.add(str(target))
             with self._lock:
                 self._kept.append(target)
                 self._state = state
@@ -158,6 +178,10 @@ class Snapshots:
         return target, state
 
     def _copy_files(self, target: Path, wal_length: int) -> None:
+        target.with_name(target.name + ".pruned").unlink(missing_ok=True)  # a crashed run's marker
+        if self._copy_with is not None:
+            self._copy_with(self.db_path, target, wal_length)
+            return
         shutil.copyfile(self.db_path, target)
         wal_copy = _wal(target)
         if wal_length > 0:
@@ -175,5 +199,7 @@ class Snapshots:
 
 
 def _remove(path: Path) -> None:
-    for file in (path, _wal(path)):
+    with _private_lock:
+        _private.discard(str(path))
+    for file in (path, *(path.with_name(path.name + sidecar) for sidecar in SIDECARS)):
         file.unlink(missing_ok=True)

@@ -104,8 +104,6 @@ SELECT * FROM 'r2://bucket/x.parquet'
 ====
 SELECT * FROM 'file:///etc/passwd'
 ====
-SELECT 'https://example.com/x.csv' AS u FROM events
-====
 SELECT * FROM (SELECT * FROM read_csv('/etc/passwd'))
 ====
 SELECT * FROM events WHERE node_id IN (SELECT column0 FROM read_csv('/etc/passwd'))
@@ -500,8 +498,6 @@ FROM '/etc/passwd'
 ====
 FROM duckdb_settings()
 ====
-SELECT 'read_csv(''/etc/passwd'')' AS s
-====
 SELECT * FROM events WHERE metric_name = 'x' OR (SELECT count(*) FROM sniff_csv('/etc/passwd')) > 0
 ====
 SELECT sleep_ms(100000)
@@ -619,3 +615,29 @@ SELECT * FROM (SHOW TABLES)
 SELECT * FROM events, (DESCRIBE events)
 ====
 FROM (SUMMARIZE events)
+====
+WITH schema_version AS (SELECT 1) SELECT * FROM main.schema_version
+====
+WITH schema_version AS (SELECT 1) SELECT * FROM "main"."schema_version"
+====
+WITH schema_version AS (SELECT 1) TABLE main.schema_version
+====
+SELECT current_user
+====
+SELECT user
+====
+SELECT "user"()
+====
+SELECT session_user
+====
+SELECT current_schema
+====
+SELECT current_catalog
+====
+SELECT current_role
+====
+SELECT setseed(0.5)
+====
+SELECT node_id, current_user AS u FROM events
+====
+SELECT * FROM events WHERE node_id = current_schema

@@ -222,3 +222,23 @@ SELECT count(*) AS n FROM range(1000000)
 SELECT len(repeat('ab', 1000)) AS n
 ====
 SELECT * FROM (VALUES ('a', 1), ('b', 2)) t(k, v) ORDER BY k
+====
+SELECT 'https://example.com/x.csv' AS u FROM events
+====
+SELECT 'read_csv(''/etc/passwd'')' AS s
+====
+SELECT count(*) / 60.0 AS "events/s" FROM events
+====
+SELECT load FROM (SELECT count(*) AS load FROM events) load
+====
+WITH load AS (SELECT node_id FROM events) SELECT count(*) AS n FROM load
+====
+SELECT sum(bytes) AS bytes FROM collectives
+====
+SELECT count(*) AS n FROM events WHERE attrs_json LIKE 'https://%'
+====
+SELECT count(*) AS n FROM events WHERE metric_name NOT LIKE 'https://%' AND node_id <> 'file://x'
+====
+SELECT 1 AS copy, 2 AS load, 3 AS "set"
+====
+WITH "user" AS (SELECT 1 AS "user") SELECT "user" FROM "user"
