@@ -2,11 +2,13 @@
 # Prepare a Debian host for rankecho: bcc, kernel headers bcc can compile against, tracefs, and Node.js
 # with npm (the interop tests run OpenTelemetry JS exporters and MCP Inspector: scripts/setup-interop.sh),
 # podman and debootstrap (scripts/build-image.sh builds the container image from Debian's archive; the
-# image tests build and run it).
+# image tests build and run it), chromium (the report is opened in a real headless browser) and
+# prometheus (its promtool checks the chart's alert rules).
 # Idempotent and quick when everything is in place. Without root it only reports what is missing.
 set -euo pipefail
 
-APT_PACKAGES=(python3-bpfcc bpfcc-tools linux-headers-cloud-amd64 gcc make podman debootstrap)
+APT_PACKAGES=(python3-bpfcc bpfcc-tools linux-headers-cloud-amd64 gcc make podman debootstrap chromium
+  prometheus)
 
 say() { echo "setup-host: $*" >&2; }
 
