@@ -13,10 +13,6 @@ from typing import Any
 
 from rankecho.echo.visual.trace import LATE_COLOR, drawing_order, kind_of
 
-ROW = {0: (0.45, 0.5), 1: (0.05, 0.35), 2: (0.05, 0.35), 3: (0.0, 1.0)}
-"""Track -> (offset, height) inside a lane: collectives on top, host activity below, the pre-call
-window as a band behind the whole lane."""
-
 
 def _pyplot() -> Any:
     import matplotlib
@@ -44,8 +40,7 @@ def timeline_png(view: dict[str, Any], out: Path) -> Path:
         for s in view["slices"]:
             if s["kind"] != kind:
                 continue
-            offset, height = ROW[style.track]
-            y = index[(s["node_id"], s["rank"])] + offset
+            y, height = index[(s["node_id"], s["rank"])] + style.bottom, style.height
             color = LATE_COLOR if kind == "collective" and s.get("late") else style.color
             start_ms, length_ms = (s["start_ns"] - origin) / 1e6, (s["end_ns"] - s["start_ns"]) / 1e6
             bars.setdefault(color, []).append((start_ms, length_ms, y, height))
@@ -58,7 +53,7 @@ def timeline_png(view: dict[str, Any], out: Path) -> Path:
     ax.set_yticklabels([f"{node} / rank {rank}" for node, rank in reversed(lanes)], fontsize=8)
     ax.set_xlabel("ms from the focused collective instance (clock-corrected)")
     focus = view["focus"]
-    who = focus.get("straggler", {}).get("summary") or focus.get("why", "")
+    who = (focus.get("straggler", {}).get("summary") or focus.get("why", "")).split(" Next:")[0]
     ax.set_title(_wrap(who, 150), fontsize=9, loc="left")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))

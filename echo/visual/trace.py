@@ -30,23 +30,25 @@ class Kind:
     color: str
     label: str
     """Legend text."""
-    width: float
-    """Bar thickness in a lane of height 1 (HTML, PNG)."""
+    bottom: float
+    """Where the bar starts inside a lane of height 1, from the lane's bottom (HTML, PNG)."""
+    height: float
+    """Bar thickness in that lane."""
 
 
-KINDS = {
-    "prewindow": Kind(3, "#f2c14e", "late rank's pre-call window", 0.9),
-    "collective": Kind(0, "#4c72b0", "collective (red: the late rank's)", 0.45),
-    "wait": Kind(0, "#c7d3e8", "waiting in it for the late rank", 0.45),
-    "sync": Kind(1, "#55a868", "CUDA sync", 0.3),
-    "malloc": Kind(1, "#c44e52", "cudaMalloc", 0.3),
-    "free": Kind(1, "#dd8452", "cudaFree", 0.3),
-    "memcpy": Kind(1, "#8172b3", "blocking copy", 0.3),
-    "offcpu": Kind(2, "#937860", "off the CPU", 0.15),
-    "runq": Kind(2, "#e377c2", "runnable, waiting for a CPU", 0.15),
+KINDS = {  # a lane: collectives on top, CUDA calls in the middle, off-CPU at the bottom
+    "prewindow": Kind(3, "#f2c14e", "late rank's pre-call window", 0.02, 0.96),
+    "collective": Kind(0, "#4c72b0", "collective (red: the late rank's)", 0.52, 0.42),
+    "wait": Kind(0, "#c7d3e8", "waiting in it for the late rank", 0.52, 0.42),
+    "sync": Kind(1, "#55a868", "CUDA sync", 0.26, 0.22),
+    "malloc": Kind(1, "#c44e52", "cudaMalloc", 0.26, 0.22),
+    "free": Kind(1, "#dd8452", "cudaFree", 0.26, 0.22),
+    "memcpy": Kind(1, "#8172b3", "blocking copy", 0.26, 0.22),
+    "offcpu": Kind(2, "#937860", "off the CPU", 0.04, 0.18),
+    "runq": Kind(2, "#e377c2", "runnable, waiting for a CPU", 0.04, 0.18),
 }
 """Every slice kind the timeline query returns, in drawing order (the pre-call band behind)."""
-OTHER = Kind(1, "#7f7f7f", "other", 0.3)
+OTHER = Kind(1, "#7f7f7f", "other", 0.26, 0.22)
 """A kind this version does not know yet: drawn, never dropped."""
 LATE_COLOR = "#d62728"
 """The late rank's collective."""
