@@ -32,8 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    if words[:1] == ["agent"] and "check" not in words:
-        # Before anything heavy: an agent told to stop while it starts must still exit 0.
+    if words[:1] == ["sim"] or (words[:1] == ["agent"] and "check" not in words):
+        # Before anything heavy: an agent (or a sim) told to stop while it starts must still stop cleanly.
         from rankecho.agent import stopflag
 
         stopflag.install()

@@ -15,6 +15,15 @@ class LaunchError(RuntimeError):
     """The cluster could not be started or a process failed; the message says which and why."""
 
 
+class Stopped(Exception):
+    """A stop signal arrived (SIGTERM: exit 143, SIGINT: 130): stop everything, drain the agents, exit.
+    Raised by the launcher's own code where it polls its stop flag, never from a signal handler."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name if signum else "stop")
+        self.returncode = 130 if signum == signal.SIGINT else 143
+
+
 def tail(path: Path, chars: int = 2000) -> str:
     try:
         return path.read_text(errors="replace")[-chars:]
