@@ -38,8 +38,8 @@ from rankecho.shared.transport import MetricsClient, Target
 from rankecho.shared.wire import encode_request
 
 __all__ = [
-    "FIXES", "RETRYABLE", "Delivery", "Encoded", "ExportConfig", "Exporter", "backoff_s", "encode_batch",
-    "retryable",
+    "FIXES", "LOSS_MARK", "RETRYABLE", "Delivery", "Encoded", "ExportConfig", "Exporter", "backoff_s",
+    "encode_batch", "retryable",
 ]
 
 log = logging.getLogger("rankecho.agent")
@@ -92,6 +92,10 @@ class ExportConfig:
         return RetryPolicy(self.backoff_base_s, self.backoff_max_s, NEVER_GIVE_UP)
 
 
+LOSS_MARK = "data lost: "
+"""How each line about lost or undelivered points starts (launchers pick them out of the agent's log)."""
+
+
 @dataclass(frozen=True)
 class Delivery:
     """What became of an agent run's points, counted by the exporter and the spool: the agent's final
@@ -118,16 +122,16 @@ class Delivery:
                 f"good, {self.dropped} dropped from a full spool, {self.unsent} left unsent")
 
     def problems(self, endpoint: str, grace_s: float) -> list[str]:
-        """One line per kind of loss, each naming the cause and the fix (``data lost:`` marks them for
-        launchers reading the log)."""
+        """One line per kind of loss, each naming the cause and the fix, each starting with
+        :data:`LOSS_MARK`."""
         out = []
         if self.rejected:
-            out.append(f"data lost: Echo rejected {self.rejected} points for good ({self.rejected_why})")
+            out.append(f"{LOSS_MARK}Echo rejected {self.rejected} points for good ({self.rejected_why})")
         if self.dropped:
-            out.append(f"data lost: {self.dropped} points dropped from the full spool {self.spool_dir}; "
+            out.append(f"{LOSS_MARK}{self.dropped} points dropped from the full spool {self.spool_dir}; "
                        "raise --spool-max-mb or bring Echo back sooner")
         if self.unsent:
-            out.append(f"data lost: {self.unsent} points not delivered: Echo at {endpoint} did not "
+            out.append(f"{LOSS_MARK}{self.unsent} points not delivered: Echo at {endpoint} did not "
                        f"acknowledge them within --shutdown-grace {grace_s:g} s; they wait in "
                        f"{self.spool_dir}: once Echo is reachable, start an agent with --spool-dir "
                        f"{self.adopting_dir} to send them (or raise --shutdown-grace)")

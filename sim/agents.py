@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankecho.agent.export import LOSS_MARK
 from rankecho.agent.stopflag import StopFlag
 from rankecho.sim.procs import LaunchError, Stopped, signals_blocked, stop_process, tail
 from rankecho.sim.scenario import Node
@@ -146,10 +147,6 @@ def stop_agents(agents: Iterable[Agent], say: Callable[[str], None], grace_s: fl
         if failure:
             say(f"error: {failure}")
     return [int(a.proc.returncode) for a in agents]
-
-
-LOSS_MARK = "data lost: "
-"""How the agent's final log lines about lost or undelivered points start (``agent.export.Delivery``)."""
 
 
 def describe_failure(a: Agent) -> str | None:
