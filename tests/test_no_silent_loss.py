@@ -134,6 +134,20 @@ def alive_under(run_dir: Path) -> list[int]:
     return found
 
 
+def stop_repeatedly(proc: subprocess.Popen[str], after_s: float, timeout_s: float = 60.0) -> str:
+    """SIGTERM ``after_s`` after the start, then every 0.1 s until the process exits (a supervisor that
+    repeats its stop: each one must find a handler, none may cut the drain short); its stderr."""
+    time.sleep(after_s)
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.1)
+    _, err = proc.communicate(timeout=5)
+    return err
+
+
+# From 0.3 s: before that the interpreter itself may still be starting (~0.1 s with an editable install),
+# which no Python program can handle; launchers close that gap by spawning with the signals blocked.
 @pytest.mark.parametrize("delay_s", [0.3, 0.8, 1.5, 3.0])
 def test_sim_stopped_at_any_moment_of_its_start_stops_and_drains_everything(
     tmp_path: Path, delay_s: float
@@ -143,27 +157,27 @@ def test_sim_stopped_at_any_moment_of_its_start_stops_and_drains_everything(
         argv = [sys.executable, "-m", "rankecho", "sim", str(scenario(tmp_path, steps=3000)), "--run-dir",
                 str(run_dir), "--agent-endpoint", echo.grpc_address, "--token", TEST_TOKEN]  # fmt: skip
         proc = subprocess.Popen(argv, cwd=REPO, env=env(tmp_path), stderr=subprocess.PIPE, text=True)
-        time.sleep(delay_s)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143, err
-    assert alive_under(run_dir) == [], "a rank or an agent outlived the sim"
+        err = stop_repeatedly(proc, delay_s)
+        assert proc.returncode == 143, err
+        assert alive_under(run_dir) == [], "a rank or an agent outlived the sim"
+    assert "Traceback" not in err
     for log in run_dir.glob("n0/agent*.log"):  # an agent that was started drained and said so
         assert "delivery summary" in log.read_text(), log.read_text()
 
 
-@pytest.mark.parametrize("delay_s", [0.2, 0.5, 1.0, 2.0])
+@pytest.mark.parametrize("delay_s", [0.3, 0.6, 1.0, 2.0])
 def test_agent_stopped_at_any_moment_of_its_start_exits_0_having_drained(
     tmp_path: Path, delay_s: float
 ) -> None:
-    # Started as a supervisor would (no blocked signals, unlike sim.agents.spawn_agent).
+    # Started as a supervisor would (no blocked signals, unlike sim.agents.spawn_agent). Both libraries
+    # named: no other process on the machine is traced.
     lib = sim_built() / "build"
     with inproc_echo(tmp_path / "echo.db") as echo:
         argv = [sys.executable, "-m", "rankecho", "agent", "--endpoint", echo.grpc_address, "--spool-dir",
-                str(tmp_path / "spool"), "--nccl-lib", str(lib / "libnccl.so.2")]  # fmt: skip
+                str(tmp_path / "spool"), "--nccl-lib", str(lib / "libnccl.so.2"), "--cuda-lib",
+                str(lib / "libcudart.so.12")]  # fmt: skip
         proc = subprocess.Popen(argv, cwd=REPO, env={**os.environ, "RANKECHO_TOKEN": TEST_TOKEN},
                                 stderr=subprocess.PIPE, text=True)  # fmt: skip
-        time.sleep(delay_s)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        err = stop_repeatedly(proc, delay_s, timeout_s=30)
     assert proc.returncode == 0, err
+    assert "delivery summary: " in err.splitlines()[-1]
