@@ -181,3 +181,39 @@ def test_agent_stopped_at_any_moment_of_its_start_exits_0_having_drained(
         err = stop_repeatedly(proc, delay_s, timeout_s=30)
     assert proc.returncode == 0, err
     assert "delivery summary: " in err.splitlines()[-1]
+
+
+def run_agent(tmp: Path, endpoint: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """One agent of cluster ``loss`` on node ``n0`` (the sim's libraries named, so nothing else on the
+    machine is traced), stopped once ready: it sends only its own points."""
+    lib = sim_built() / "build"
+    ready = tmp / "agent.ready"
+    ready.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "rankecho", "agent", "--endpoint", endpoint, "--cluster-id", "loss",
+            "--node-id", "n0", "--nccl-lib", str(lib / "libnccl.so.2"), "--cuda-lib",
+            str(lib / "libcudart.so.12"), "--ready-file", str(ready), "--shutdown-grace", "1",
+            *extra]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=REPO, env={**env(tmp), "RANKECHO_TOKEN": TEST_TOKEN},
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(argv, proc.returncode, "", err)
+
+
+def test_the_default_spool_is_replayed_only_when_named(tmp_path: Path) -> None:
+    first = run_agent(tmp_path, f"127.0.0.1:{free_port()}")  # no Echo: its points stay in its spool
+    default = tmp_path / "spool-root" / "loss-n0"
+    assert first.returncode == 1, first.stderr
+    assert f"they wait in {default}/run-" in first.stderr and f"--spool-dir {default} " in first.stderr
+    between = time.time_ns()
+    with inproc_echo(tmp_path / "echo.db") as echo:
+        second = run_agent(tmp_path, echo.grpc_address)  # same cluster and node, default spool
+        assert second.returncode == 0, second.stderr
+        assert count(echo, f"timestamp_ns < {between}") == 0, "the first run's points were replayed"
+        named = run_agent(tmp_path, echo.grpc_address, "--spool-dir", str(default))
+        assert named.returncode == 0, named.stderr
+        assert count(echo, f"timestamp_ns < {between}") > 0, "naming the spool sends what waits there"
+    assert not list(default.glob("run-*/*.otlp"))
