@@ -251,8 +251,8 @@ class Exporter:
     def close(self, deadline_s: float = 5.0, sleep: Callable[[float], None] = time.sleep) -> None:
         """Stop the sending thread, then keep delivering what is queued and spooled until it is all
         sent or ``deadline_s`` passed, retrying with the usual (short) backoff; whatever is left stays
-        in the spool for the next agent run. (Found: one attempt on a channel still backing off left
-        31k points behind at the end of a job.)"""
+        in the spool (unsent: the agent exits 1; a later agent naming it with --spool-dir sends it).
+        (Found: one attempt on a channel still backing off left 31k points behind at the end of a job.)"""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
