@@ -27,7 +27,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    "(repeatable; default: every libcudart.so* mapped by a process)")
     p.add_argument("--pid", action="append", type=int, help="trace only these processes (repeatable)")
     p.add_argument("--spool-dir", default=None, help="where batches wait while Echo is unreachable "
-                   "(default: /var/lib/rankecho/spool/CLUSTER-NODE)")
+                   "(default: this run's own directory under /var/lib/rankecho/spool/CLUSTER-NODE, not "
+                   "replayed by later runs; name a directory to have a restarted agent send what its "
+                   "predecessors left there)")
     p.add_argument("--spool-max-mb", type=float, default=256.0, help="spool bound, MiB (oldest dropped)")
     p.add_argument("--scan-interval", type=float, default=2.0, help="seconds between /proc re-scans")
     p.add_argument("--shutdown-grace", type=float, default=10.0, help="seconds the agent keeps sending "
@@ -46,7 +48,8 @@ def _run(args: argparse.Namespace) -> int:
     import logging
     import sys
 
-    from rankecho.agent import probes, settings, stopflag
+    from rankecho import exitcodes, stopflag
+    from rankecho.agent import discovery, probes, settings
 
     stop = stopflag.install()  # already done by rankecho.cli.main; again for callers that skip it
 
@@ -65,6 +68,9 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         return run(s, stop)
+    except discovery.LibraryError as err:
+        log.error("%s", err)
+        return exitcodes.USAGE
     except (FileNotFoundError, RuntimeError, PermissionError) as err:
         log.error("%s", err)
         return 1

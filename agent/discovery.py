@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from rankecho.agent.traced import TRACED
 
 LIB_PREFIXES = {"libnccl.so": "nccl", "libcudart.so": "cuda"}
-LIB_WHAT = {"nccl": "the path of an NCCL library (libnccl.so*)",
-            "cuda": "the path of the CUDA runtime (libcudart.so*)"}
 
 LibKey = tuple[int, int]  # (st_dev, st_ino)
 
@@ -107,52 +105,81 @@ def scan(
     return libs, procs
 
 
-def library_problem(path: str, kind: str) -> str | None:
-    """Why ``path`` is not a library of ``kind`` ("nccl" or "cuda") the agent can trace, or None: it must
-    be an ELF shared object whose dynamic symbols define at least one function rankecho traces for that
-    kind. The one check behind ``agent check`` and the agent's own refusal of a wrong --nccl-lib or
-    --cuda-lib (which would otherwise report "ready", or run and send nothing but its own points)."""
-    flag, what = f"--{kind}-lib {path}", LIB_WHAT[kind]
-    try:
-        defined = defined_functions(path)
-    except OSError as err:
-        return f"{flag}: cannot read it ({err.strerror}); pass {what}"
-    except ValueError as err:
-        return f"{flag} is {err}; pass {what}"
-    wanted = sorted(f.symbol for f in TRACED if f.lib == kind)
-    if not defined & set(wanted):
-        names = ", ".join(wanted[:3])
-        return f"{flag} defines none of the {kind} functions rankecho traces ({names}, ...); pass {what}"
-    return None
+class LibraryError(ValueError):
+    """A ``--nccl-lib``/``--cuda-lib`` that cannot be traced; the message names the flag and the fix."""
 
 
-def defined_functions(path: str) -> set[str]:
-    """Functions defined in the dynamic symbol table of a 64-bit little-endian ELF shared object (the
-    agent's platforms); ValueError saying what the file is instead. Reads only the headers and .dynsym."""
+_ELF_CLASS = {1: ("I", "IIIIIIIIII", "IIIBBH", (0, 3, 5)), 2: ("Q", "IIQQQQIIQQ", "IBBHQQ", (0, 1, 3))}
+"""Per ELF class (32/64-bit): address word, section header and symbol layouts, and where a symbol
+keeps its name, info and section index."""
+SHT_DYNSYM = 11
+ET_DYN = 3
+STT_FUNC, STT_GNU_IFUNC = 2, 10
+
+
+def exported_functions(path: str) -> set[str]:
+    """Names of the functions a shared library exports (its defined ``.dynsym`` functions), read from the
+    file without loading it (a wrong file must not run its constructors in the agent). Raises OSError
+    when unreadable, ValueError when it is not an ELF shared library."""
     with open(path, "rb") as f:
-        head = f.read(64)
-        if len(head) < 64 or head[:4] != b"\x7fELF":
+        ident = f.read(16)
+        if len(ident) < 16 or ident[:4] != b"\x7fELF" or ident[4] not in _ELF_CLASS or ident[5] not in (1, 2):
             raise ValueError("not an ELF file")
-        if head[4:6] != b"\x02\x01" or struct.unpack_from("<H", head, 16)[0] != 3:  # ELFCLASS64, LSB, ET_DYN
-            raise ValueError("not a 64-bit little-endian ELF shared library")
-        (shoff,) = struct.unpack_from("<Q", head, 0x28)
-        shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
-        f.seek(shoff)
-        table = f.read(shentsize * shnum)
-        try:  # (name, type, flags, addr, offset, size, link, info, align, entsize) per section
-            sections = [struct.unpack_from("<IIQQQQIIQQ", table, i * shentsize) for i in range(shnum)]
-            dynsym = next((sec for sec in sections if sec[1] == 11), None)  # SHT_DYNSYM
-            if dynsym is None:
-                return set()
-            f.seek(sections[dynsym[6]][4])
-            names = f.read(sections[dynsym[6]][5])
-            f.seek(dynsym[4])
-            syms = f.read(dynsym[5])
-            found = set()
-            for off in range(0, len(syms) - 23, 24):
-                name, info, _, shndx = struct.unpack_from("<IBBH", syms, off)
-                if shndx != 0 and info & 0xF in (2, 10):  # defined STT_FUNC / STT_GNU_IFUNC
-                    found.add(names[name : names.index(b"\0", name)].decode(errors="replace"))
-        except (struct.error, IndexError, ValueError):
-            raise ValueError("a damaged ELF file") from None
-        return found
+        word, shdr, sym, (i_name, i_info, i_shndx) = _ELF_CLASS[ident[4]]
+        end = "<" if ident[5] == 1 else ">"
+        header = f"{end}HHI{word}{word}{word}IHHHHHH"
+        head = struct.unpack(header, f.read(struct.calcsize(header)))
+        if head[0] != ET_DYN:
+            raise ValueError("an ELF file but not a shared library")
+        shoff, shentsize, shnum = head[5], head[10], head[11]
+        sym_size = struct.calcsize(f"{end}{sym}")
+
+        def section(i: int) -> tuple[int, ...]:
+            f.seek(shoff + i * shentsize)
+            return struct.unpack(f"{end}{shdr}", f.read(struct.calcsize(f"{end}{shdr}")))
+
+        def read(offset: int, size: int) -> bytes:
+            f.seek(offset)
+            return f.read(size)
+
+        names: set[str] = set()
+        for sec in (section(i) for i in range(shnum)):
+            if sec[1] != SHT_DYNSYM:
+                continue
+            strtab = section(sec[6])
+            strings, table = read(strtab[4], strtab[5]), read(sec[4], sec[5])
+            for off in range(0, len(table) - sym_size + 1, sym_size):
+                entry = struct.unpack_from(f"{end}{sym}", table, off)
+                if entry[i_shndx] != 0 and entry[i_info] & 0xF in (STT_FUNC, STT_GNU_IFUNC):
+                    start = entry[i_name]
+                    names.add(strings[start: strings.index(b"\0", start)].decode(errors="replace"))
+        return names
+
+
+def check_library(path: str, kind: str) -> None:
+    """Raise :class:`LibraryError` unless ``path`` is an ELF shared library exporting at least one of
+    the ``kind`` ("nccl" or "cuda") functions rankecho traces: what ``--nccl-lib``/``--cuda-lib`` must
+    name. (A wrong one used to attach nothing while the agent still sent its own points.)"""
+    flag, expected = f"--{kind}-lib", "libnccl.so.2" if kind == "nccl" else "libcudart.so.12"
+    fix = (f"pass the {expected} your job loads (see /proc/PID/maps of a rank), or drop {flag} to trace "
+           "every one the agent finds")
+    try:
+        exported = exported_functions(path)
+    except FileNotFoundError:
+        raise LibraryError(f"{flag} {path} does not exist; {fix}") from None
+    except (OSError, ValueError, struct.error, IndexError) as err:
+        raise LibraryError(f"{flag} {path} is not a loadable library ({err}); {fix}") from None
+    traced = {f.symbol for f in TRACED if f.lib == kind}
+    if not exported & traced:
+        raise LibraryError(f"{flag} {path} exports none of the {len(traced)} {kind} functions rankecho "
+                           f"traces (e.g. {sorted(traced)[0]}); {fix}")
+
+
+def library_problem(path: str, kind: str) -> str | None:
+    """Why ``path`` is not a library of ``kind`` the agent can trace (:func:`check_library`'s message),
+    or None: what ``agent check`` reports for --nccl-lib / --cuda-lib."""
+    try:
+        check_library(path, kind)
+    except LibraryError as err:
+        return str(err)
+    return None

@@ -38,7 +38,8 @@ from rankecho.shared.transport import MetricsClient, Target
 from rankecho.shared.wire import encode_request
 
 __all__ = [
-    "FIXES", "RETRYABLE", "Encoded", "ExportConfig", "Exporter", "backoff_s", "encode_batch", "retryable",
+    "FIXES", "LOSS_MARK", "RETRYABLE", "Delivery", "Encoded", "ExportConfig", "Exporter", "backoff_s",
+    "encode_batch", "retryable",
 ]
 
 log = logging.getLogger("rankecho.agent")
@@ -91,6 +92,52 @@ class ExportConfig:
         return RetryPolicy(self.backoff_base_s, self.backoff_max_s, NEVER_GIVE_UP)
 
 
+LOSS_MARK = "data lost: "
+"""How each line about lost or undelivered points starts (launchers pick them out of the agent's log)."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What became of an agent run's points, counted by the exporter and the spool: the agent's final
+    summary line and its exit status (non-zero when anything was lost or is still waiting)."""
+
+    sent: int
+    rejected: int
+    """Refused for good by Echo (a wrong token, a bad request): never retried, lost."""
+    rejected_why: str
+    dropped: int
+    """Evicted from a full spool (``--spool-max-mb``): lost."""
+    unsent: int
+    """Still in the spool at exit: not lost yet, but not in Echo either."""
+    spool_dir: str
+    adopting_dir: str
+    """The directory to name with ``--spool-dir`` so a later agent sends what waits in ``spool_dir``."""
+
+    @property
+    def complete(self) -> bool:
+        return not (self.rejected or self.dropped or self.unsent)
+
+    def summary(self) -> str:
+        return (f"delivery summary: {self.sent} points acknowledged by Echo, {self.rejected} rejected for "
+                f"good, {self.dropped} dropped from a full spool, {self.unsent} left unsent")
+
+    def problems(self, endpoint: str, grace_s: float) -> list[str]:
+        """One line per kind of loss, each naming the cause and the fix, each starting with
+        :data:`LOSS_MARK`."""
+        out = []
+        if self.rejected:
+            out.append(f"{LOSS_MARK}Echo rejected {self.rejected} points for good ({self.rejected_why})")
+        if self.dropped:
+            out.append(f"{LOSS_MARK}{self.dropped} points dropped from the full spool {self.spool_dir}; "
+                       "raise --spool-max-mb or bring Echo back sooner")
+        if self.unsent:
+            out.append(f"{LOSS_MARK}{self.unsent} points not delivered: Echo at {endpoint} did not "
+                       f"acknowledge them within --shutdown-grace {grace_s:g} s; they wait in "
+                       f"{self.spool_dir}: once Echo is reachable, start an agent with --spool-dir "
+                       f"{self.adopting_dir} to send them (or raise --shutdown-grace)")
+        return out
+
+
 def backoff_s(attempt: int, base: float, cap: float, rand: Callable[[], float] = random.random) -> float:
     """Exponential backoff with +-20% jitter: base * 2**attempt, capped (what :func:`shared.retry.
     retry_delay` waits after ``attempt + 1`` failures when the server names no delay)."""
@@ -116,6 +163,8 @@ class Exporter:
         self._next_try = 0.0
         self.sent_points = 0
         self.rejected_points = 0
+        self.rejected_why = ""
+        """The first final rejection's code and fix (or Echo's message), for the exit summary."""
         self._policy = cfg.policy()
         self._client = MetricsClient(cfg.target())
 
@@ -140,6 +189,8 @@ class Exporter:
             if delay is None:
                 self.rejected_points += points
                 fix = FIXES.get(out.code) if out.code is not None else None
+                name = out.code.name if out.code is not None else "no status"
+                self.rejected_why = self.rejected_why or f"{name}: {fix or out.message}"
                 log.error("Echo rejected %d points for good (%s: %s)%s; they are not retried", points,
                           out.code, out.message, f": {fix}" if fix else "")
                 return True
@@ -147,6 +198,7 @@ class Exporter:
             return False
         if out.rejected:
             self.rejected_points += out.rejected
+            self.rejected_why = self.rejected_why or f"partial success: {out.message}"
             log.warning("Echo rejected %d of %d points: %s", out.rejected, points, out.message)
         if self._attempt:
             log.info("Echo reachable again at %s", self.cfg.endpoint)
@@ -199,8 +251,8 @@ class Exporter:
     def close(self, deadline_s: float = 5.0, sleep: Callable[[float], None] = time.sleep) -> None:
         """Stop the sending thread, then keep delivering what is queued and spooled until it is all
         sent or ``deadline_s`` passed, retrying with the usual (short) backoff; whatever is left stays
-        in the spool for the next agent run. (Found: one attempt on a channel still backing off left
-        31k points behind at the end of a job.)"""
+        in the spool (unsent: the agent exits 1; a later agent naming it with --spool-dir sends it).
+        (Found: one attempt on a channel still backing off left 31k points behind at the end of a job.)"""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

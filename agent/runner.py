@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from rankecho.agent import check, discovery, probes, resource
 from rankecho.agent.clock import ClockConverter
 from rankecho.agent.events import decode
-from rankecho.agent.export import Encoded, ExportConfig, Exporter, encode_batch
+from rankecho.agent.export import Delivery, Encoded, ExportConfig, Exporter, encode_batch
 from rankecho.agent.identity import ProcessInfo, read_process, thread_group, thread_name
 from rankecho.agent.journal import JOURNAL_NAME, CommJournal
 from rankecho.agent.nvml import Nvml, gpu_for, open_nvml
@@ -51,7 +51,7 @@ class Agent:
     def __init__(self, s: Settings) -> None:
         self.s = s
         self.clock = ClockConverter(extra_offset_ns=s.clock_offset_ns)
-        self.spool = Spool(s.spool_dir, s.spool_max_bytes)
+        self.spool = Spool(s.spool_dir, s.spool_max_bytes, adopt=s.spool_adopt)
         self.exporter = Exporter(
             ExportConfig(s.endpoint, s.token, s.tls, s.ca_file, s.cert_file, s.key_file), self.spool
         )
@@ -149,9 +149,13 @@ class Agent:
             for path in paths:
                 key = discovery.file_key(path)
                 if key is None:
-                    raise FileNotFoundError(f"--{kind}-lib {path} does not exist")
+                    raise discovery.LibraryError(f"--{kind}-lib {path} does not exist")
                 self.explicit[kind].add(key)
-                self._attach(discovery.LibFile(kind, os.path.abspath(path), key))
+                try:
+                    self._attach(discovery.LibFile(kind, os.path.abspath(path), key))
+                except Exception as err:
+                    raise discovery.LibraryError(f"--{kind}-lib {path}: no probe attached ({err}); pass "
+                                                 f"the library the job loads, or drop --{kind}-lib") from err
         for pid in s.pids:
             self.bpf["targets"][ct.c_uint32(pid)] = ct.c_uint8(1)
         self.rescan()
@@ -266,8 +270,9 @@ class Agent:
                 self.report_spool()
             stop.wait(POLL_S)
 
-    def shutdown(self) -> None:
-        """Drain the ring buffer, send everything pending, leave the rest in the spool."""
+    def shutdown(self) -> Delivery:
+        """Drain the ring buffer, send everything pending, leave the rest in the spool; log (last) and
+        return what became of this run's points."""
         if self.bpf is not None:
             self.bpf.ring_buffer_consume()
             self.read_windows()
@@ -275,10 +280,9 @@ class Agent:
         self.tracker.close()
         self.flush()
         self.exporter.close(self.s.shutdown_deadline_s)
-        left = len(self.spool)
-        if left:
-            log.info("%d requests (%d points) stay in %s for the next run",
-                     left, self.spool.points, self.spool.dir)
+        delivery = Delivery(self.exporter.sent_points, self.exporter.rejected_points,
+                            self.exporter.rejected_why, self.spool.dropped_points, self.spool.points,
+                            str(self.spool.dir), str(self.spool.root))
         self.spool.close()
         if self.nvml is not None:
             self.nvml.close()
@@ -287,6 +291,21 @@ class Agent:
             n = probes.detach_all(self.bpf)
             self.bpf.cleanup()
             log.info("detached %d uprobes in %.1f s", n, time.monotonic() - t0)
+        for line in delivery.problems(self.s.endpoint, self.s.shutdown_deadline_s):
+            log.error("%s", line)
+        log.info("%s", delivery.summary())
+        return delivery
+
+    def abandon(self) -> None:
+        """Start-up failed: release what was taken without sending anything (a misconfigured agent
+        must not put a phantom cluster in Echo); the spool keeps whatever it adopted."""
+        self.exporter.close(0)
+        self.spool.close()
+        if self.nvml is not None:
+            self.nvml.close()
+        if self.bpf is not None:
+            probes.detach_all(self.bpf)
+            self.bpf.cleanup()
 
 
 def release_compiler_memory(bpf: Any) -> None:
@@ -297,14 +316,26 @@ def release_compiler_memory(bpf: Any) -> None:
 
 
 def run(s: Settings, stop: Stop) -> int:
-    """Start, trace until ``stop`` is set, shut down; a stop that came during start-up skips the rest."""
+    """Start, trace until ``stop`` is set, shut down; a stop that came during start-up skips the rest.
+
+    Returns 0 when every point was acknowledged by Echo, 1 when any was rejected for good, dropped from
+    a full spool or is left unsent in it (the log's last lines say which, and the fix). A
+    ``--nccl-lib``/``--cuda-lib`` that is not a traceable library raises
+    :class:`discovery.LibraryError` (exit 2) before anything is exported."""
     check.require_privileges()  # exit 2 naming root and `agent check`, before any spool or BPF compile
+    for kind, paths in (("nccl", s.nccl_libs), ("cuda", s.cuda_libs)):
+        for path in paths:
+            discovery.check_library(path, kind)
     agent = Agent(s)
-    agent.exporter.start()
     try:
         if not stop.is_set():
             agent.start()
+    except BaseException:
+        agent.abandon()
+        raise
+    agent.exporter.start()
+    try:
         agent.loop(stop)
     finally:
-        agent.shutdown()
-    return 0
+        delivery = agent.shutdown()
+    return 0 if delivery.complete else 1

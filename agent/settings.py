@@ -33,6 +33,9 @@ class Settings:
     clock_offset_ns: int = 0
     ready_file: str | None = None
     spool_dir: str = ""
+    spool_adopt: bool = True
+    """Replay what earlier runs left in ``spool_dir``: only when the user named it (``--spool-dir``);
+    the default spool is this run's alone, so one job's backlog never lands in another's Echo."""
     spool_max_bytes: int = 256 << 20
     scan_interval_s: float = 2.0
     flush_interval_s: float = 0.5
@@ -85,6 +88,7 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) ->
         clock_offset_ns=args.clock_offset_ns,
         ready_file=args.ready_file,
         spool_dir=spool,
+        spool_adopt=args.spool_dir is not None,
         spool_max_bytes=int(args.spool_max_mb * (1 << 20)),
         scan_interval_s=args.scan_interval,
         offcpu_min_ns=int(args.offcpu_min_ms * 1_000_000),

@@ -61,10 +61,16 @@ def _try_lock(path: Path) -> int | None:
 class Spool:
     """Each agent run writes into its own locked sub-directory of ``directory`` and adopts the
     sub-directories of runs that have ended (their lock is free), so a restarted agent neither
-    waits for a killed predecessor to finish dying nor loses what it spooled."""
+    waits for a killed predecessor to finish dying nor loses what it spooled.
 
-    def __init__(self, directory: str | os.PathLike[str], max_bytes: int = 256 << 20) -> None:
+    ``adopt=False`` (the agent's default spool, no ``--spool-dir``): this run sends only its own
+    requests; what earlier runs left is not replayed into a run (and an Echo) it may not belong to.
+    An agent started with ``--spool-dir`` naming ``directory`` adopts it."""
+
+    def __init__(self, directory: str | os.PathLike[str], max_bytes: int = 256 << 20,
+                 adopt: bool = True) -> None:
         self.root = Path(directory)
+        self.adopt = adopt
         self.root.mkdir(parents=True, exist_ok=True)
         self.dir = self.root / f"run-{time.time_ns()}-{os.getpid()}"
         self.dir.mkdir()
@@ -82,8 +88,11 @@ class Spool:
 
     def adopt_orphans(self) -> int:
         """Move requests of ended runs (unlocked sub-directories, or files left at the top level by
-        older layouts) into this run's directory, oldest first; returns how many were adopted."""
+        older layouts) into this run's directory, oldest first; returns how many were adopted.
+        Nothing when this spool does not adopt."""
         adopted = 0
+        if not self.adopt:
+            return 0
         for sub in sorted(p for p in self.root.iterdir() if p.is_dir() and p != self.dir):
             fd = _try_lock(sub / "lock")
             if fd is None:

@@ -5,7 +5,7 @@ configuration or a ``--db`` that cannot hold a store or a busy port (nothing was
 by another process.
 
 Signals are handled from the first instant of this command: the handler is installed before the heavy
-imports, and it only sets a flag (:mod:`rankecho.agent.stopflag`, shared with the agent) that the main
+imports, and it only sets a flag (:mod:`rankecho.stopflag`, shared with the agent) that the main
 thread polls. Found (issue 19): a SIGTERM right after "Echo ready" was lost now and then and Echo was
 killed 20 s later. The old handler called ``threading.Event.set()``; the handler runs in the main
 thread, which sat inside ``Event.wait()`` holding that Event's internal lock, so ``set()`` deadlocked.
@@ -19,8 +19,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from rankecho import exitcodes
-from rankecho.agent import stopflag
+from rankecho import exitcodes, stopflag
 
 if TYPE_CHECKING:
     from rankecho.echo.app import Service

@@ -57,11 +57,20 @@ def _quiet_broken_pipe() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    if words[:1] == ["agent"] and "check" not in words:
-        # Before anything heavy: an agent told to stop while it starts must still exit 0.
-        from rankecho.agent import stopflag
+    long_running = words[:1] == ["sim"] or (words[:1] == ["agent"] and "check" not in words)
+    if long_running:
+        # Before anything heavy: an agent (or a sim) told to stop while it starts must still stop cleanly.
+        from rankecho import stopflag
 
         stopflag.install()
+    try:
+        return _dispatch(argv)
+    finally:
+        if long_running:  # done: a repeated stop must not turn the exit into -15 during finalization
+            stopflag.ignore_further()
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)

@@ -19,8 +19,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankecho.sim.procs import LaunchError, signals_blocked, stop_process, tail
+from rankecho.agent.export import LOSS_MARK
+from rankecho.sim.procs import LaunchError, Stopped, signals_blocked, stop_process, tail
 from rankecho.sim.scenario import Node
+from rankecho.stopflag import StopFlag
 
 READY_TIMEOUT_S = 60.0
 
@@ -45,6 +47,9 @@ class Agent:
     """Wall-clock ns when its probes were attached (the ready file appeared): it sees what follows."""
     stopped_ns: int = 0
     """Wall-clock ns when it was told to stop (or killed)."""
+    killed: bool = False
+    """Killed on purpose (a scenario's agent restart): its exit code says nothing; its successor adopts
+    its spool."""
 
     def observed(self) -> dict[str, object]:
         """The span of the job this agent could see, for the ground truth."""
@@ -52,11 +57,15 @@ class Agent:
 
 
 def agent_argv(spec: AgentSpec, node: Node, lib_dir: Path, ready: Path) -> list[str]:
+    """The node's agent command line; it spools under ``<node dir>/spool`` (this run's, so a later run
+    never replays it) unless ``spec.extra`` names a ``--spool-dir``."""
+    spool = () if "--spool-dir" in spec.extra else ("--spool-dir", str(ready.parent / "spool"))
     return [
         *(spec.python, "-m", "rankecho", "agent", "--endpoint", spec.endpoint),
         *("--cluster-id", spec.cluster_id, "--node-id", node.id),
         *("--nccl-lib", str(lib_dir / "libnccl.so.2"), "--cuda-lib", str(lib_dir / "libcudart.so.12")),
         *("--clock-offset-ns", str(node.clock_offset_ns), "--ready-file", str(ready)),
+        *spool,
         *spec.extra,
     ]
 
@@ -65,7 +74,7 @@ def spawn_agent(spec: AgentSpec, node: Node, node_dir: Path, lib_dir: Path) -> A
     """Start the node's agent; a node's later agents (a restart) log to agent.2.log, agent.3.log, ...
 
     It starts with SIGTERM/SIGINT blocked (:func:`sim.procs.signals_blocked`): the agent unblocks them
-    once its stop handler is installed (``rankecho.agent.stopflag.install``), so an early stop is a clean one.
+    once its stop handler is installed (``rankecho.stopflag.install``), so an early stop is a clean one.
     Anything started in its place must do the same, or it only stops by SIGKILL after the grace time."""
     ready, log = node_dir / "agent.ready", node_dir / "agent.log"
     n = 1
@@ -87,11 +96,16 @@ def spawn_agent(spec: AgentSpec, node: Node, node_dir: Path, lib_dir: Path) -> A
     return Agent(node, proc, log, ready)
 
 
-def wait_ready(agents: Iterable[Agent], timeout_s: float = READY_TIMEOUT_S) -> None:
-    """Block until every agent's ready file exists; raise naming the agent and its log otherwise."""
+def wait_ready(
+    agents: Iterable[Agent], timeout_s: float = READY_TIMEOUT_S, stop: StopFlag | None = None
+) -> None:
+    """Block until every agent's ready file exists; raise naming the agent and its log otherwise, or
+    :class:`Stopped` once ``stop`` is set."""
     deadline = time.monotonic() + timeout_s
     for a in agents:
         while not a.ready.exists():
+            if stop is not None and stop.is_set():
+                raise Stopped(stop.signum)
             if a.proc.poll() is not None:
                 raise LaunchError(
                     f"the agent for node {a.node.id} exited with code {a.proc.returncode} before it was "
@@ -107,16 +121,17 @@ def wait_ready(agents: Iterable[Agent], timeout_s: float = READY_TIMEOUT_S) -> N
 
 
 def start_agents(
-    nodes: Iterable[Node], spec: AgentSpec, run_dir: Path, lib_dirs: dict[str, Path], into: list[Agent]
+    nodes: Iterable[Node], spec: AgentSpec, run_dir: Path, lib_dirs: dict[str, Path], into: list[Agent],
+    stop: StopFlag | None = None,
 ) -> None:
-    """Start one agent per node, appending each to ``into`` at once (so a failure still stops them),
-    then wait until all are ready."""
+    """Start one agent per node, appending each to ``into`` at once (so a failure or a stop still stops
+    them), then wait until all are ready."""
     started = []
     for node in nodes:
         agent = spawn_agent(spec, node, run_dir / node.id, lib_dirs[node.id])
         into.append(agent)
         started.append(agent)
-    wait_ready(started)
+    wait_ready(started, stop=stop)
 
 
 def stop_agents(agents: Iterable[Agent], say: Callable[[str], None], grace_s: float = 30.0) -> list[int]:
@@ -128,6 +143,24 @@ def stop_agents(agents: Iterable[Agent], say: Callable[[str], None], grace_s: fl
             a.proc.send_signal(signal.SIGTERM)
     for a in agents:
         stop_process(a.proc, grace_s=grace_s)
-        if a.proc.returncode != 0:
-            say(f"agent for {a.node.id} exited with code {a.proc.returncode}; see {a.log}")
+        failure = describe_failure(a)
+        if failure:
+            say(f"error: {failure}")
     return [int(a.proc.returncode) for a in agents]
+
+
+def describe_failure(a: Agent) -> str | None:
+    """Why this (exited) agent's run is not a clean one, with the agent's own cause-and-fix lines: it
+    exited non-zero (points rejected, dropped or left unsent; a crash) without being killed on purpose.
+    None when it exited 0 or was killed by the launcher."""
+    code = a.proc.returncode
+    if code in (0, None) or a.killed:
+        return None
+    lines = [line[line.index(LOSS_MARK):] for line in tail(a.log, 20_000).splitlines() if LOSS_MARK in line]
+    if not lines:
+        return f"the agent for {a.node.id} exited with code {code}; see its log {a.log}:\n{tail(a.log, 500)}"
+    text = "\n  ".join(lines)
+    hint = ("\n  (rankecho sim passes the token from --token or RANKECHO_TOKEN: give it Echo's token)"
+            if "UNAUTHENTICATED" in text else "")
+    return (f"the agent for {a.node.id} did not deliver all its data (exit {code}; log {a.log}):\n"
+            f"  {text}{hint}")

@@ -53,9 +53,9 @@ class SimJob:
         return self.root / node / "lib"
 
     def start_agent(self, node: str, endpoint: str, token: str, *extra: str, wait: bool = True) -> Agent:
-        """The node's agent, spooling under ``<root>/<node>/spool``; a second one logs to agent.2.log."""
-        spool = ("--spool-dir", str(self.root / node / "spool"))
-        spec = AgentSpec(endpoint, self.cluster_id, token, sys.executable, (*spool, *extra))
+        """The node's agent, spooling under ``<root>/<node>/spool`` (:func:`sim.agents.agent_argv`); a
+        second one logs to agent.2.log."""
+        spec = AgentSpec(endpoint, self.cluster_id, token, sys.executable, extra)
         agent = spawn_agent(spec, Node(node, self.ranks_per_node), self.root / node, self.lib_dir(node))
         if wait:
             wait_ready([agent])

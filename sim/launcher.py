@@ -20,25 +20,21 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from rankecho.sim.agents import Agent, AgentSpec, start_agents, stop_agents
+from rankecho import stopflag
+from rankecho.sim.agents import Agent, AgentSpec, describe_failure, start_agents, stop_agents
 from rankecho.sim.groundtruth import build_ground_truth, rank_log_path, read_rank_logs
-from rankecho.sim.procs import LaunchError, stop_process, tail
+from rankecho.sim.procs import LaunchError, Stopped, stop_process, tail
 from rankecho.sim.scenario import Node, Scenario
+
+__all__ = ["LaunchError", "LaunchOptions", "RunResult", "Stopped", "run_scenario"]
 
 SIM_ROOT = Path(__file__).resolve().parent
 LIB_NAMES = ("libcudart.so.12", "libnccl.so.2")
-
-
-class Stopped(Exception):
-    """SIGTERM arrived: stop everything and exit."""
 
 
 @dataclass(frozen=True)
@@ -176,32 +172,14 @@ def torch_env(
     return env
 
 
-@contextmanager
-def _stop_signals_raise() -> Iterator[None]:
-    """SIGTERM raises Stopped and SIGINT KeyboardInterrupt for the run, so either stops every process.
-    SIGINT is set explicitly: a process started in the background by a non-interactive shell (a CI
-    runner, ``cmd &``) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise Stopped
-
-    old_term = signal.signal(signal.SIGTERM, handler)
-    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old_term)
-        signal.signal(signal.SIGINT, old_int)
-
-
 class Cluster:
     """The processes of one run. Not reusable: build one per run."""
 
-    def __init__(self, scenario: Scenario, opts: LaunchOptions, run_dir: Path, lib_dirs: dict[str, Path]):
+    def __init__(self, scenario: Scenario, opts: LaunchOptions, run_dir: Path, lib_dirs: dict[str, Path],
+                 stop: stopflag.StopFlag | None = None):
         self.scenario, self.opts, self.run_dir, self.lib_dirs = scenario, opts, run_dir, lib_dirs
+        self.stop = stop or stopflag.StopFlag()
+        """Set by SIGTERM/SIGINT; polled where stopping is safe (:func:`stopflag.handled`)."""
         self.ranks: dict[int, subprocess.Popen[bytes]] = {}
         self.agents: list[Agent] = []
         self._last_progress = 0.0
@@ -300,7 +278,8 @@ class Cluster:
                 if node.agent_restart_after_step > 0:
                     restarts.setdefault(node.agent_restart_after_step, []).append(node)
         while any(p.poll() is None for p in self.ranks.values()):
-            time.sleep(0.1)
+            if self.stop.wait(0.1):
+                raise Stopped(self.stop.signum)
             done = self.steps_done()
             self.report_progress(done)
             self.check_agents()
@@ -340,7 +319,7 @@ class Cluster:
 
     def start_agents(self, nodes: list[Node]) -> None:
         before = len(self.agents)
-        start_agents(nodes, self.agent_spec(), self.run_dir, self.lib_dirs, self.agents)
+        start_agents(nodes, self.agent_spec(), self.run_dir, self.lib_dirs, self.agents, self.stop)
         for a in self.agents[before:]:
             self.say(f"agent for {a.node.id} ready (pid {a.proc.pid}, log {a.log})")
 
@@ -349,6 +328,7 @@ class Cluster:
         ids = {n.id for n in nodes}
         for a in [a for a in self.agents if a.node.id in ids and a.proc.poll() is None]:
             a.stopped_ns = time.time_ns()
+            a.killed = True
             a.proc.send_signal(signal.SIGKILL)
             a.proc.wait()
             self._reported_agents.append(a)
@@ -357,33 +337,56 @@ class Cluster:
         self.start_agents(nodes)
 
 
+def leftover_spools(run_dir: Path, scenario: Scenario) -> None:
+    """Refuse a ``--run-dir`` whose node spools still hold an earlier run's undelivered points: this
+    run's agents would replay them into this run's Echo, mixing two jobs under one cluster id."""
+    for node in scenario.nodes:
+        spool = run_dir / node.id / "spool"
+        held = sorted(spool.glob("*/*.otlp")) if spool.is_dir() else []
+        if held:
+            raise LaunchError(
+                f"{spool} holds {len(held)} requests an earlier run could not deliver; send them with "
+                f"`rankecho agent --spool-dir {spool} --endpoint ECHO`, or delete {spool}, or use a new "
+                "--run-dir"
+            )
+
+
 def run_scenario(scenario: Scenario, opts: LaunchOptions) -> RunResult:
-    """Run the scenario to completion. Returns 0 on success, 1 if a process failed, 130/143 if stopped."""
+    """Run the scenario to completion. Returns 0 on success; 1 if a process failed or an agent did not
+    deliver all its data (stderr names which and the fix); 130/143 if stopped by SIGINT/SIGTERM, at any
+    moment: the stop signals only set a flag, polled here, so agents are always stopped and drained."""
+    with stopflag.handled() as stop:
+        return _run(scenario, opts, stop)
+
+
+def _run(scenario: Scenario, opts: LaunchOptions, stop: stopflag.StopFlag) -> RunResult:
     build_libs()
     run_dir = (opts.run_dir or Path(tempfile.mkdtemp(prefix=f"rankecho-sim-{scenario.name}-"))).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     lib_dirs = prepare_lib_dirs(run_dir, scenario)
-    cluster = Cluster(scenario, opts, run_dir, lib_dirs)
+    cluster = Cluster(scenario, opts, run_dir, lib_dirs, stop)
     started = time.monotonic()
     rc = 0
-    with _stop_signals_raise():
-        try:
-            if opts.agent_endpoint:
-                cluster.start_agents([n for n in scenario.nodes if scenario.agent_start_step(n) == 0])
-            cluster.start_ranks()
-            cluster.wait()
-        except LaunchError as e:
-            cluster.say(f"error: {e}")
-            rc = 1
-        except KeyboardInterrupt:
-            cluster.say("interrupted; stopping every process")
-            rc = 130
-        except Stopped:
-            cluster.say("terminated; stopping every process")
-            rc = 143
-        finally:
-            cluster.stop_ranks()
-            stop_agents(cluster.agents, cluster.say)
+    try:
+        if stop.is_set():
+            raise Stopped(stop.signum)
+        if opts.agent_endpoint:
+            leftover_spools(run_dir, scenario)
+            cluster.start_agents([n for n in scenario.nodes if scenario.agent_start_step(n) == 0])
+        cluster.start_ranks()
+        cluster.wait()
+    except LaunchError as e:
+        cluster.say(f"error: {e}")
+        rc = 1
+    except Stopped as e:
+        cluster.say(f"{'interrupted' if e.returncode == 130 else 'terminated'}; stopping every process")
+        rc = e.returncode
+    finally:
+        cluster.stop_ranks()
+        stop_agents(cluster.agents, cluster.say)
+    lost = [a.node.id for a in cluster.agents if describe_failure(a)]
+    if rc == 0 and lost:
+        rc = 1
     result = RunResult(rc, run_dir, time.monotonic() - started, lib_dirs=lib_dirs)
     observed = [a.observed() for a in cluster.agents if a.ready_ns]
     result.truth = build_ground_truth(scenario, read_rank_logs(run_dir, scenario), observed)
@@ -396,4 +399,7 @@ def run_scenario(scenario: Scenario, opts: LaunchOptions) -> RunResult:
         f"finished in {result.wall_s:.1f} s; ranks entering >= {scenario.straggler_threshold_ms:g} ms "
         f"late: {', '.join(late) or 'none'}"
     )
+    if lost:
+        cluster.say(f"error: the agents of {', '.join(sorted(set(lost)))} did not deliver all their data "
+                    "(see above); Echo does not hold the whole run")
     return result

@@ -15,6 +15,15 @@ class LaunchError(RuntimeError):
     """The cluster could not be started or a process failed; the message says which and why."""
 
 
+class Stopped(Exception):
+    """A stop signal arrived (SIGTERM: exit 143, SIGINT: 130): stop everything, drain the agents, exit.
+    Raised by the launcher's own code where it polls its stop flag, never from a signal handler."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name if signum else "stop")
+        self.returncode = 130 if signum == signal.SIGINT else 143
+
+
 def tail(path: Path, chars: int = 2000) -> str:
     try:
         return path.read_text(errors="replace")[-chars:]
@@ -39,7 +48,7 @@ def signals_blocked() -> Iterator[None]:
     """Block SIGTERM/SIGINT in this thread while a child is spawned: the child inherits the mask.
 
     An agent started this way cannot be killed by a stop sent before it installed its handler; it
-    unblocks them once the handler is in place (``rankecho.agent.stopflag.install``), so the stop is delivered
+    unblocks them once the handler is in place (``rankecho.stopflag.install``), so the stop is delivered
     then and the agent exits 0. This thread gets any signal that arrived meanwhile on leaving.
     """
     old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)

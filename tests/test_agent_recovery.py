@@ -149,3 +149,40 @@ def test_summary_lists_nodes_whose_spool_still_holds_points(tmp_path: Path) -> N
         ]
     finally:
         echo.down()
+
+
+def test_a_default_spool_does_not_replay_an_earlier_runs_backlog(tmp_path: Path) -> None:
+    """An agent without --spool-dir (adopt=False) sends only its own requests: an earlier run's backlog
+    would land in this run's Echo (issue 19). Naming the directory (adopt=True) replays it."""
+    first = Spool(tmp_path / "spool")
+    first.put(b"x" * 10, 3)
+    first.close()
+    own = Spool(tmp_path / "spool", adopt=False)
+    assert own.points == 0 and own.adopt_orphans() == 0
+    own.close()
+    named = Spool(tmp_path / "spool")
+    assert named.points == 3
+    named.close()
+
+
+def test_a_wrong_token_is_counted_as_lost_with_its_fix(tmp_path: Path) -> None:
+    import grpc
+
+    from rankecho.agent.export import Delivery
+    from tests.echo_helpers import scripted_collector
+
+    spool = Spool(tmp_path / "spool")
+    with scripted_collector([grpc.StatusCode.UNAUTHENTICATED]) as (_, address):
+        exporter = Exporter(ExportConfig(address, "WRONG", timeout_s=2.0), spool)
+        exporter.start()
+        exporter.submit(batch(0))
+        exporter.submit(batch(10))
+        exporter.close(5)
+    delivery = Delivery(exporter.sent_points, exporter.rejected_points, exporter.rejected_why,
+                        spool.dropped_points, spool.points, str(spool.dir), str(spool.root))  # fmt: skip
+    spool.close()
+    assert (delivery.sent, delivery.rejected, delivery.unsent) == (10, 10, 0)
+    assert not delivery.complete
+    [line] = delivery.problems(address, 5)
+    assert line.startswith("data lost: Echo rejected 10 points for good (UNAUTHENTICATED: ")
+    assert "token" in line
