@@ -72,7 +72,8 @@ def generated() -> Iterator[tuple[dict[str, Any], dict[str, Any], Investigation]
     with tempfile.TemporaryDirectory() as tmp, inproc_echo(Path(tmp) / "gen.db") as echo:
         result = generate(echo, "--ranks", "8", "--ranks-per-node", "4", "--step-ms", "90", "--duration", "4",
                           "--stragglers", "1", "--speed", "max")
-        yield result, profile(echo, result["ranks"] * result["steps"]), Investigation(echo.reader, load_rates())
+        prof = profile(echo, result["ranks"] * result["steps"])
+        yield result, prof, Investigation(echo.reader, load_rates())
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +132,9 @@ def test_same_metrics_attribute_keys_and_event_mix_as_a_real_agent_run(
     assert set(gen["keys"]) == set(real["keys"])
     for metric, keys in real["keys"].items():
         assert gen["keys"][metric] == keys, (metric, keys ^ gen["keys"][metric])
+    print(f"events per rank-step: generated {gen['total']:.2f}, real {real['total']:.2f}")
+    for metric in sorted(real["rate"]):
+        print(f"  {metric}: generated {gen['rate'].get(metric, 0):.3f}, real {real['rate'][metric]:.3f}")
     assert gen["total"] == pytest.approx(real["total"], rel=TOTAL_TOLERANCE), (gen["rate"], real["rate"])
     for metric, rate in real["rate"].items():
         if rate >= 1:
