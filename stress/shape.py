@@ -258,7 +258,7 @@ class NodeModel:
                 e0 = my_enter + b * 25_000
                 h(CallRecord(pid, main, FN.ALL_REDUCE, e0, e0 + 18_000, _handle(r.rank), STREAM, COUNT,
                              COLL_A3, 0, r.launches))
-            r.launches += 2  # the optimizer's kernels, after the collectives: the agent's window read counts them
+            r.launches += 2  # optimizer kernels after the collectives (the window read counts them)
             s2 = my_enter + s.buckets * 25_000 + 500_000
             h(CallRecord(pid, main, FN.STREAM_SYNC, s2, done, 0, STREAM, 0, 0, 0))
             third = max(1, (done - s2) // 3)
