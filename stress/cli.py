@@ -69,6 +69,7 @@ def register(subparsers: Any) -> None:
     fleet.add_argument("--stragglers", type=int, default=2, help="ranks planted late (cudaMalloc stalls)")
     fleet.add_argument("--speed", choices=("real", "max"), default="real",
                        help="real: the job's clock, reports lag_s; max: as fast as Echo acknowledges")
+    fleet.add_argument("--prebuild", action="store_true", help="encode everything before the clock starts")
     p.set_defaults(handler=_handle)
 
 

@@ -10,8 +10,8 @@ acknowledges them, with timestamps as if the steps took ``--step-ms`` (the job e
 
 Sending is :func:`rankecho.stress.runner.deliver` through :class:`rankecho.stress.senders.RawSender` (the
 agent's client, :class:`rankecho.shared.transport.MetricsClient`, gzip on as the agent has it), from a
-few sender threads fed by a bounded queue, so a slow Echo slows the generator instead of piling requests
-up in memory. Usage::
+sender thread per node (up to 128) fed by a bounded queue, so a slow Echo slows the generator instead of
+piling requests up in memory. Usage::
 
     result = run_fleet(FleetConfig(shape, Target("127.0.0.1:4317", token="t"), steps=100))
     print(result.to_json())
@@ -26,6 +26,7 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import IO
 
@@ -33,8 +34,9 @@ from rankecho.shared.retry import RetryPolicy
 from rankecho.shared.transport import Target
 from rankecho.stress.runner import deliver
 from rankecho.stress.senders import RawSender
-from rankecho.stress.shape import AgentShape, NodeModel
+from rankecho.stress.shape import AgentShape, NodeModel, plant
 
+MAX_SENDERS = 128
 WINDOW_NS = 1_000_000_000
 """How often the agent reads the launch counters."""
 
@@ -45,16 +47,20 @@ class FleetConfig:
     target: Target
     steps: int
     speed: str = "real"
-    senders: int = 4
+    senders: int | None = None
+    """Requests in flight at once; default one per node up to ``MAX_SENDERS`` (each agent sends its
+    requests one after another, so a fleet of N nodes has up to N in flight)."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     progress: IO[str] | None = None
+    prebuild: bool = False
+    """Encode every request before the clock starts (the benchmark's capacity probes)."""
 
 
 @dataclass(frozen=True)
 class FleetResult:
     """``acked`` points stored per Echo; ``lag_s`` how long after its window ended the last window was
     acknowledged (real time: how far the store fell behind the job), ``lag_max_s`` the worst window;
-    ``gen_s`` the seconds spent making and encoding points (the generator's own share of ``elapsed_s``)."""
+    ``gen_s`` the seconds spent making and encoding points (within ``elapsed_s`` unless prebuilt)."""
 
     shape: str
     speed: str
@@ -94,7 +100,8 @@ class _Senders:
 
     def __init__(self, cfg: FleetConfig) -> None:
         self.cfg = cfg
-        self.queue: queue.Queue[_Request | None] = queue.Queue(maxsize=4 * max(1, cfg.senders))
+        n = cfg.senders or min(cfg.shape.nodes, MAX_SENDERS)
+        self.queue: queue.Queue[_Request | None] = queue.Queue(maxsize=2 * n)
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.acked = self.failed = self.rejected = self.retries = self.requests = 0
@@ -102,7 +109,7 @@ class _Senders:
         self.lag_s = self.lag_max_s = 0.0
         self.errors: list[str] = []
         self.threads = [threading.Thread(target=self._run, name=f"fleet-sender-{i}", daemon=True)
-                        for i in range(max(1, cfg.senders))]
+                        for i in range(n)]
         for t in self.threads:
             t.start()
 
@@ -142,48 +149,68 @@ def job_length_ns(shape: AgentShape, steps: int) -> int:
     return sum(shape.step_ns + shape.stall_ns(k) for k in range(steps))
 
 
-def run_fleet(cfg: FleetConfig) -> FleetResult:
-    """Generate ``cfg.steps`` steps of every rank and send them, window by window."""
-    shape = cfg.shape
+@dataclass
+class _Window:
+    """One flush of every node: the job time its window ends at and each node's request."""
+
+    end_ns: int
+    requests: list[tuple[bytes, int]]
+    steps_done: int
+
+
+def windows(shape: AgentShape, steps: int, clock: list[int]) -> Iterator[_Window]:
+    """Every window of the job, generated lazily; ``clock[0]`` accumulates the ns spent generating."""
     nodes = [NodeModel(shape, n) for n in range(shape.nodes)]
-    senders = _Senders(cfg)
-    real = cfg.speed == "real"
-    wall0 = time.time_ns()
-    offset = wall0 - shape.start_ns  # job ns -> wall ns (real time: 0 when the job starts now)
-    t0 = time.monotonic()
-    gen_ns = sent = 0
     t = shape.start_ns
     flush_due, window_due = t + shape.flush_ns, t + WINDOW_NS
-    try:
-        for k in range(cfg.steps):
-            g0 = time.perf_counter_ns()
+    for k in range(steps):
+        g0 = time.perf_counter_ns()
+        for node in nodes:
+            node.step(k, t)
+        t += shape.step_ns + shape.stall_ns(k)
+        if t >= window_due:
+            window_due += WINDOW_NS
             for node in nodes:
-                node.step(k, t)
-            t += shape.step_ns + shape.stall_ns(k)
-            if t >= window_due:
-                window_due += WINDOW_NS
-                for node in nodes:
-                    node.window(t)
-            last = k == cfg.steps - 1
-            gen_ns += time.perf_counter_ns() - g0
-            if t < flush_due and not last:
-                continue
+                node.window(t)
+        last = k == steps - 1
+        if t >= flush_due or last:
             while flush_due <= t:
                 flush_due += shape.flush_ns
-            if real and (wait := (t + offset - time.time_ns()) / 1e9) > 0:
-                time.sleep(wait)
-            due = t + offset if real else time.time_ns()
-            for node in nodes:
-                g0 = time.perf_counter_ns()
-                if last:
+            if last:
+                for node in nodes:
                     node.finish(t)
-                body, points = node.flush()
-                gen_ns += time.perf_counter_ns() - g0
+            requests = [node.flush() for node in nodes]
+            clock[0] += time.perf_counter_ns() - g0
+            yield _Window(t, requests, k + 1)
+        else:
+            clock[0] += time.perf_counter_ns() - g0
+
+
+def run_fleet(cfg: FleetConfig) -> FleetResult:
+    """Generate ``cfg.steps`` steps of every rank and send them, window by window (with ``prebuild``
+    all windows are generated before the clock starts, so the generator's CPU is out of the measured
+    run; the timestamps then lie that long in the past)."""
+    shape = cfg.shape
+    gen = [0]
+    source: Iterable[_Window] = windows(shape, cfg.steps, gen)
+    if cfg.prebuild:
+        source = list(source)
+    senders = _Senders(cfg)
+    real = cfg.speed == "real"
+    offset = time.time_ns() - shape.start_ns  # job ns -> wall ns (0 when the job starts now)
+    t0 = time.monotonic()
+    sent = 0
+    try:
+        for w in source:
+            if real and (wait := (w.end_ns + offset - time.time_ns()) / 1e9) > 0:
+                time.sleep(wait)
+            due = w.end_ns + offset if real else time.time_ns()
+            for body, points in w.requests:
                 sent += points
                 senders.queue.put(_Request(body, points, due))
             if cfg.progress is not None:
-                print(f"stress: step {k + 1}/{cfg.steps}, {senders.acked:,} acked, lag {senders.lag_s:.2f} s",
-                      file=cfg.progress, flush=True)
+                print(f"stress: step {w.steps_done}/{cfg.steps}, {senders.acked:,} acked, "
+                      f"lag {senders.lag_s:.2f} s", file=cfg.progress, flush=True)
     except KeyboardInterrupt:
         senders.stop.set()
     finally:
@@ -196,7 +223,7 @@ def run_fleet(cfg: FleetConfig) -> FleetResult:
         shape="agent", speed=cfg.speed, ranks=shape.ranks, nodes=shape.nodes, steps=cfg.steps,
         step_ms=shape.step_ns / 1e6, sent=sent, acked=senders.acked, failed=senders.failed,
         rejected=senders.rejected, retries=senders.retries, requests=senders.requests,
-        elapsed_s=round(elapsed, 3), gen_s=round(gen_ns / 1e9, 3),
+        elapsed_s=round(elapsed, 3), gen_s=round(gen[0] / 1e9, 3),
         eps=round(senders.acked / elapsed, 1) if elapsed > 0 else 0.0,
         lag_s=round(senders.lag_s, 3), lag_max_s=round(senders.lag_max_s, 3),
         events_per_rank_step=round(sent / (shape.ranks * cfg.steps), 2),
@@ -207,8 +234,6 @@ def run_fleet(cfg: FleetConfig) -> FleetResult:
 
 def handle(args: argparse.Namespace, token: str | None) -> int:
     """``rankecho stress --shape agent ...``: validate, run, print the result as the last line."""
-    from rankecho.stress.shape import plant
-
     step_ns = int(args.step_ms * 1e6)
     duration = args.duration if args.duration is not None else 60.0
     steps = int(duration * 1e9 // max(1, step_ns))
@@ -229,7 +254,7 @@ def handle(args: argparse.Namespace, token: str | None) -> int:
     shape = dataclasses.replace(shape, start_ns=args.start_ns if args.start_ns is not None else start)
     target = Target(args.endpoint, token, args.insecure, args.ca_file, gzip=True)
     cfg = FleetConfig(shape, target, steps, args.speed, retry=RetryPolicy(deadline_s=args.retry_deadline),
-                      progress=None if args.quiet else sys.stderr)
+                      progress=None if args.quiet else sys.stderr, prebuild=args.prebuild)
     result = run_fleet(cfg)
     print(result.to_json(), flush=True)
     return 0 if result.failed == 0 and result.rejected == 0 else 1

@@ -139,3 +139,21 @@ def test_same_metrics_attribute_keys_and_event_mix_as_a_real_agent_run(
     for metric, rate in real["rate"].items():
         if rate >= 1:
             assert gen["rate"].get(metric, 0) == pytest.approx(rate, rel=METRIC_TOLERANCE), metric
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--ranks", "0"), "--ranks >= 1"),
+        (("--step-ms", "5"), "--step-ms must be >= 10"),
+        (("--step-ms", "1000", "--duration", "0.5"), "--duration >= --step-ms"),
+        (("--speed", "warp"), "invalid choice: 'warp'"),
+    ],
+)
+def test_bad_shape_arguments_exit_2_naming_the_fix(args: tuple[str, ...], says: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "rankecho", "stress", "--shape", "agent", "--endpoint", "127.0.0.1:9",
+         "--cluster-id", "c", "--node-id", "n", "--quiet", *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
