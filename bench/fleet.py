@@ -26,7 +26,7 @@ from typing import Any
 
 import duckdb
 
-from bench.ingest import cpu_seconds
+from bench.ingest import cpu_seconds, writer_busy_s
 from bench.launch.echo import EchoProcess
 from bench.launch.stress import StressProcess
 
@@ -61,14 +61,19 @@ def generate(
         "--quiet",
     ) + (("--prebuild",) if prebuild else ())
     assert echo.proc is not None
-    cpu0 = cpu_seconds(echo.proc.pid)
+    cpu0, busy0 = cpu_seconds(echo.proc.pid), writer_busy_s(echo)
     run = StressProcess(echo.otlp_grpc, TOKEN, "fleet", "gpu", extra=extra, stderr_path=log).start()
     try:
         result = run.finish(timeout_s=seconds * 20 + 120)
     finally:
         run.kill()
     # Echo is idle while a prebuilding generator encodes: its CPU counts against the sending time only.
-    result["echo_cores"] = round((cpu_seconds(echo.proc.pid) - cpu0) / max(result["elapsed_s"], 1e-9), 2)
+    sending = max(result["elapsed_s"], 1e-9)
+    result["echo_cores"] = round((cpu_seconds(echo.proc.pid) - cpu0) / sending, 2)
+    busy1 = writer_busy_s(echo)
+    result["writer_busy"] = (
+        round((busy1 - busy0) / sending, 2) if busy0 is not None and busy1 is not None else None
+    )
     result["gen_share"] = round(result["gen_s"] / max(result["elapsed_s"], 1e-9), 2)
     return result
 
@@ -131,6 +136,7 @@ def store_cost(tmp: Path, ranks: int, step_ms: float, seconds: float) -> dict[st
         "ingest_points_per_s": result["eps"],
         "echo_cores": result["echo_cores"],
         "gen_share": result["gen_share"],
+        "writer_busy": result["writer_busy"],
         "file_bytes": file_bytes,
         "bytes_per_rank_step": round(file_bytes / rank_steps, 1),
         "bytes_per_event": round(file_bytes / max(stored, 1), 1),
@@ -139,6 +145,10 @@ def store_cost(tmp: Path, ranks: int, step_ms: float, seconds: float) -> dict[st
             name: {k: round(v / rank_steps, 1) for k, v in sizes.items()} for name, sizes in tables.items()
         },
     }
+
+
+def _share(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0%} of the time"
 
 
 def holds(r: dict[str, Any]) -> bool:
@@ -154,12 +164,24 @@ def capacity(tmp: Path, step_ms: float, start: int, seconds: float, limit: int) 
             r = generate(echo, n, step_ms, seconds, "real", tmp / "cap.stress.log", prebuild=True)
         for f in tmp.glob(f"cap-{step_ms:g}-{n}.db*"):
             f.unlink()
-        keep = ("ranks", "acked", "failed", "eps", "lag_s", "lag_max_s", "echo_cores", "gen_s", "elapsed_s")
+        keep = (
+            "ranks",
+            "acked",
+            "failed",
+            "eps",
+            "lag_s",
+            "lag_max_s",
+            "echo_cores",
+            "writer_busy",
+            "gen_s",
+            "elapsed_s",
+        )
         probes.append({k: r[k] for k in keep} | {"holds": holds(r)})
         print(
             f"    {step_ms:g} ms steps, {n:>6,} ranks: {'holds' if holds(r) else 'falls behind'}, "
             f"lag {r['lag_s']:.2f} s (max {r['lag_max_s']:.2f}), {r['eps']:,.0f} points/s acked, "
-            f"Echo {r['echo_cores']:.2f} cores (encoded in {r['gen_s']:.1f} s beforehand)",
+            f"Echo {r['echo_cores']:.2f} cores, its writer committing {_share(r['writer_busy'])} "
+            f"(encoded in {r['gen_s']:.1f} s beforehand)",
             flush=True,
         )
         return holds(r)
@@ -211,7 +233,8 @@ def run(argv: list[str]) -> dict[str, Any]:
             f"  store cost, {cost['ranks']} ranks x {cost['steps']} steps of {cost['step_ms']:g} ms: "
             f"{cost['events_per_rank_step']} events per rank-step, {cost['bytes_per_rank_step']:,.0f} B per "
             f"rank-step ({cost['bytes_per_event']:.0f} B per event), "
-            f"ingest {cost['ingest_points_per_s']:,.0f} points/s acked (Echo {cost['echo_cores']} cores), "
+            f"ingest {cost['ingest_points_per_s']:,.0f} points/s acked (Echo {cost['echo_cores']} cores, "
+            f"writer committing {_share(cost['writer_busy'])}, generator busy {cost['gen_share']:.0%}), "
             f"lost {cost['lost']}",
             flush=True,
         )
