@@ -8,9 +8,10 @@ baseline issue 20's redesign is measured against.
 2. **Real-time capacity**: for 1 s and 90 ms steps, jobs of growing N on the job's clock, each
    ``--probe-s`` long into a fresh Echo: the largest N whose last window was acknowledged within
    ``LAG_LIMIT_S`` of the job's clock with nothing lost, and where it stopped holding (lag, Echo's CPU,
-   Echo's CPU). Each probe's requests are encoded before its clock starts (``--prebuild``), so the
-   generator's own CPU (as costly as the agents': it runs their tracker and encoder) does not compete
-   with Echo during the probe; only the gRPC sending does.
+   its writer's share of the time). The probes plant no stragglers (a stall lengthens the job's steps,
+   and with them the time the store has for the same points). Each probe's requests are encoded before
+   its clock starts (``--prebuild``), so the generator's own CPU (as costly as the agents': it runs their
+   tracker and encoder) does not compete with Echo during the probe; only the gRPC sending does.
 
 ``python -m bench fleet [--ranks 64 --step-ms 1000 --seconds 120] [--probe-s 8] [--skip-capacity]``
 """
@@ -45,6 +46,7 @@ def generate(
     speed: str,
     log: Path,
     prebuild: bool = False,
+    stragglers: int = 2,
 ) -> dict[str, Any]:
     """One ``rankecho stress --shape agent`` process against ``echo``; its JSON result plus Echo's CPU."""
     extra = (
@@ -58,6 +60,8 @@ def generate(
         str(seconds),
         "--speed",
         speed,
+        "--stragglers",
+        str(stragglers),
         "--quiet",
     ) + (("--prebuild",) if prebuild else ())
     assert echo.proc is not None
@@ -161,7 +165,9 @@ def capacity(tmp: Path, step_ms: float, start: int, seconds: float, limit: int) 
 
     def probe(n: int) -> bool:
         with EchoProcess(tmp / f"cap-{step_ms:g}-{n}.db", TOKEN) as echo:
-            r = generate(echo, n, step_ms, seconds, "real", tmp / "cap.stress.log", prebuild=True)
+            r = generate(
+                echo, n, step_ms, seconds, "real", tmp / "cap.stress.log", prebuild=True, stragglers=0
+            )
         for f in tmp.glob(f"cap-{step_ms:g}-{n}.db*"):
             f.unlink()
         keep = (
