@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -157,3 +158,15 @@ def test_bad_shape_arguments_exit_2_naming_the_fix(args: tuple[str, ...], says: 
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_real_time_keeps_the_jobs_clock_and_reports_its_lag(tmp_path: Path) -> None:
+    """Default speed: 2 s of 100 ms steps take 2 s of wall time, stamped with the wall clock."""
+    with inproc_echo(tmp_path / "rt.db") as echo:
+        before = time.time_ns()
+        result = generate(echo, "--ranks", "16", "--step-ms", "100", "--duration", "2", "--stragglers", "0")
+        after = time.time_ns()
+        (first, last), = echo.reader.query("SELECT min(timestamp_ns), max(timestamp_ns) FROM events").rows
+    assert result["steps"] == 20 and result["acked"] == result["sent"] > 0 and result["planted"] == []
+    assert 1.9 <= result["elapsed_s"] < 10 and 0 <= result["lag_s"] < 2.0
+    assert before - 10**9 <= first and last <= after
