@@ -70,6 +70,7 @@ def register(subparsers: Any) -> None:
     fleet.add_argument("--speed", choices=("real", "max"), default="real",
                        help="real: the job's clock, reports lag_s; max: as fast as Echo acknowledges")
     fleet.add_argument("--prebuild", action="store_true", help="encode everything before the clock starts")
+    fleet.add_argument("--gpus", action="store_true", help="ranks have GPUs: 6 NVML gauges per rank per s")
     p.set_defaults(handler=_handle)
 
 

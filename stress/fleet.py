@@ -245,7 +245,7 @@ def handle(args: argparse.Namespace, token: str | None) -> int:
     try:
         shape = AgentShape(args.cluster_id, args.node_id, args.ranks, step_ns, start_ns=0,
                            ranks_per_node=args.ranks_per_node, run_id=args.run_id,
-                           planted=plant(args.ranks, args.stragglers, step_ns))
+                           planted=plant(args.ranks, args.stragglers, step_ns), gpus=args.gpus)
     except ValueError as err:
         print(f"rankecho stress: {err}", file=sys.stderr)
         return 2

@@ -50,6 +50,7 @@ MALLOCS_PER_STALL = 8
 MALLOC_BYTES = 362_300_000
 PROGRESS_SLEEPS = 7
 """Off-CPU intervals per step of the NCCL progress thread (measured: 6.9)."""
+GPU_MODEL = "NVIDIA H100 80GB HBM3"
 ALLOC_STALL_STEPS = 3.2
 """A planted stall lasts this many steps (the seed scenario: 290 ms at 90 ms steps)."""
 
@@ -97,6 +98,9 @@ class AgentShape:
     planted: tuple[Planted, ...] = ()
     flush_ns: int = 500 * MS
     """How much job time one node's request covers (the agent flushes every 0.5 s)."""
+    gpus: bool = False
+    """Each rank owns an NVML-visible GPU: its resource names it, and every window (1 s) the agent's six
+    GPU gauges are sent for it (the simulator's ranks, and so the checked real run, have none)."""
 
     def __post_init__(self) -> None:
         for name in ("ranks", "step_ns", "ranks_per_node", "buckets", "flush_ns"):
@@ -169,7 +173,7 @@ class NodeModel:
         }
         names = {0: "simrank", 1: "NCCL Bootstrap", 2: "NCCL Progress"}
         self.tracker = Tracker(
-            self.node_id, _fixed_clock(), read_proc=infos.get, sink=self._sink,
+            self.node_id, _fixed_clock(), read_proc=infos.get, sink=self._sink, gpu_resource=self._gpu,
             thread_name=lambda pid, tid: names.get(tid - pid, ""),
             thread_group=lambda tid: tid if tid >= 100_000 else None,  # main threads: tid = pid
         )
@@ -219,9 +223,30 @@ class NodeModel:
             attrs: dict[str, AttrValue] = {c.DROP_SOURCE: source}
             self._sink(None, Point(c.M_AGENT_DROPS, t + 7 * MS, 0, attrs))
 
+    def _gpu(self, info: ProcessInfo) -> dict[str, AttrValue]:
+        """The GPU resource attributes the agent adds when NVML sees the rank's device."""
+        if not self.shape.gpus or info.env.local_rank is None:
+            return {}
+        idx = info.env.local_rank
+        return {c.GPU_MODEL: GPU_MODEL, c.GPU_UUID: f"GPU-{self.node_id}-{idx}", c.GPU_INDEX: idx}
+
     def window(self, t: int) -> None:
-        """The agent's periodic read of the launch counters (every second)."""
+        """The agent's periodic work (every second): the launch counters, and the GPU gauges when the
+        ranks have GPUs (the metrics and attributes of ``Agent.sample_gpus``)."""
         self.tracker.launch_counts({r.pid: (r.pid, r.launches) for r in self.ranks}, t)
+        if not self.shape.gpus:
+            return
+        for r in self.ranks:
+            proc = self.tracker.procs.get(r.pid)
+            if proc is None:
+                continue
+            gpu = self._gpu(proc.info)
+            attrs = {c.GPU_INDEX: gpu[c.GPU_INDEX], c.GPU_UUID: gpu[c.GPU_UUID], c.GPU_MODEL: GPU_MODEL}
+            for metric, value in (
+                (c.M_GPU_UTIL, 97.0), (c.M_GPU_MEM_USED, 61_000_000_000 + r.rank), (c.M_GPU_SM_CLOCK, 1980),
+                (c.M_GPU_TEMP, 64), (c.M_GPU_POWER, 612.5), (c.M_GPU_THROTTLE, 0),
+            ):
+                self._sink(proc.key, Point(metric, t, value, dict(attrs)))
 
     def step(self, k: int, t: int) -> None:
         """Step ``k`` of every rank on this node, starting at Unix ns ``t``."""
