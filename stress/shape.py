@@ -51,6 +51,7 @@ MALLOC_BYTES = 362_300_000
 PROGRESS_SLEEPS = 7
 """Off-CPU intervals per step of the NCCL progress thread (measured: 6.9)."""
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
+PID_STRIDE = 10
 ALLOC_STALL_STEPS = 3.2
 """A planted stall lasts this many steps (the seed scenario: 290 ms at 90 ms steps)."""
 
@@ -135,6 +136,11 @@ class AgentShape:
         return hashlib.shake_256(seed).digest(PAYLOAD_SIZE)
 
 
+def _pid(rank: int) -> int:
+    """The process id of ``rank``; its threads are ``pid + 1`` (NCCL bootstrap), ``pid + 2`` (progress)."""
+    return 100_000 + PID_STRIDE * rank
+
+
 def _handle(rank: int) -> int:
     """The ncclComm_t of ``rank``'s world communicator (any stable non-zero value)."""
     return 0x7F00_0000 + rank
@@ -163,7 +169,7 @@ class NodeModel:
     def __post_init__(self) -> None:
         s = self.shape
         self.node_id = s.node_id(self.node)
-        self.ranks = [_Rank(r, 100_000 + r) for r in s.node_ranks(self.node)]
+        self.ranks = [_Rank(r, _pid(r)) for r in s.node_ranks(self.node)]
         self._late = {p.rank: p for p in s.planted}
         infos = {
             r.pid: ProcessInfo(r.pid, 4242 + r.rank, EnvIdentity(r.rank, s.ranks, r.rank % s.ranks_per_node,
@@ -175,7 +181,7 @@ class NodeModel:
         self.tracker = Tracker(
             self.node_id, _fixed_clock(), read_proc=infos.get, sink=self._sink, gpu_resource=self._gpu,
             thread_name=lambda pid, tid: names.get(tid - pid, ""),
-            thread_group=lambda tid: tid if tid >= 100_000 else None,  # main threads: tid = pid
+            thread_group=lambda tid: tid - tid % PID_STRIDE if tid >= _pid(0) else None,
         )
         self.base: dict[str, AttrValue] = {
             c.SERVICE_NAME: SERVICE, c.SERVICE_INSTANCE_ID: f"{self.node_id}/{os.getpid()}/{s.run_id}",
@@ -259,7 +265,7 @@ class NodeModel:
         done = t + int(0.97 * S) + stall  # every rank's collectives complete once the last rank entered
         for r in self.ranks:
             pid, main, boot, prog = r.pid, r.pid, r.pid + 1, r.pid + 2
-            other_rank = 100_000 + (r.rank ^ 1 if r.rank ^ 1 < s.ranks else r.rank)
+            other_rank = _pid(r.rank ^ 1 if r.rank ^ 1 < s.ranks else r.rank)  # a neighbour: "job"
             # data loader: one host-to-device copy
             c0 = t + S // 200
             h(CallRecord(pid, main, FN.MEMCPY_ASYNC, c0, c0 + 4000, 0, STREAM, COPY_BYTES, 1, 0))
