@@ -76,6 +76,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--duration", type=float, help="stop starting new batches after this many seconds")
     p.add_argument("--ack-log", help="append one JSON line per acknowledged batch to this file")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    fleet = p.add_argument_group("--shape agent: a job's node agents (docs/stress.md)")
+    fleet.add_argument("--shape", choices=("health", "agent"), default="health",
+                       help="health: the planted health stream above; agent: what node agents send for a job")
+    fleet.add_argument("--ranks", type=int, default=64, help="ranks in the job")
+    fleet.add_argument("--ranks-per-node", type=int, default=8, help="ranks per node (one agent each)")
+    fleet.add_argument("--step-ms", type=float, default=1000.0, help="training step length")
+    fleet.add_argument("--stragglers", type=int, default=2, help="ranks planted late (cudaMalloc stalls)")
+    fleet.add_argument("--speed", choices=("real", "max"), default="real",
+                       help="real: the job's clock, reports lag_s; max: as fast as Echo acknowledges")
+    fleet.add_argument("--prebuild", action="store_true", help="encode everything before the clock starts")
+    fleet.add_argument("--gpus", action="store_true", help="ranks have GPUs: 6 NVML gauges per rank per s")
     p.set_defaults(handler=_handle)
 
 
@@ -93,6 +104,13 @@ def _handle(args: argparse.Namespace) -> int:
         print(f"rankecho stress: {err}", file=sys.stderr)
         return exitcodes.USAGE
     tls = tls_wanted(args)
+    if args.shape == "agent":
+        from rankecho.stress.fleet import handle
+
+        warning = plaintext_warning("rankecho stress", args.endpoint, tls, args.insecure)
+        if warning:
+            print(warning, file=sys.stderr)
+        return handle(args, token, tls)
     step_ns = int(1e9 * args.producers / args.rate) if args.rate else 1_000_000
     try:
         plan = StressPlan(
