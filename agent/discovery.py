@@ -167,8 +167,12 @@ def check_library(path: str, kind: str) -> None:
         exported = exported_functions(path)
     except FileNotFoundError:
         raise LibraryError(f"{flag} {path} does not exist; {fix}") from None
-    except (OSError, ValueError, struct.error, IndexError) as err:
-        raise LibraryError(f"{flag} {path} is not a loadable library ({err}); {fix}") from None
+    except OSError as err:
+        raise LibraryError(f"{flag} {path}: cannot read it ({err.strerror}); {fix}") from None
+    except ValueError as err:  # what the file is instead
+        raise LibraryError(f"{flag} {path} is {err}; {fix}") from None
+    except (struct.error, IndexError):
+        raise LibraryError(f"{flag} {path} is a damaged ELF file; {fix}") from None
     traced = {f.symbol for f in TRACED if f.lib == kind}
     if not exported & traced:
         raise LibraryError(f"{flag} {path} exports none of the {len(traced)} {kind} functions rankecho "

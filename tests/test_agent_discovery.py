@@ -104,13 +104,14 @@ def test_library_problem_accepts_only_elf_libraries_defining_the_traced_function
     assert discovery.library_problem(str(sim / "libnccl.so.2"), "nccl") is None
     assert discovery.library_problem(str(sim / "libcudart.so.12"), "cuda") is None
     wrong_kind = discovery.library_problem(str(sim / "libnccl.so.2"), "cuda")
-    assert wrong_kind is not None and "defines none of the cuda functions" in wrong_kind
+    assert wrong_kind is not None and "exports none of the 8 cuda functions rankecho traces" in wrong_kind
     named_right = tmp_path / "libcudart.so.12"  # the right name is not enough
     named_right.write_text("root:x:0:0:root:/root:/bin/bash\n")
     for path in ("/etc/passwd", str(named_right)):
         problem = discovery.library_problem(path, "cuda")
         assert problem == (
-            f"--cuda-lib {path} is not an ELF file; pass the path of the CUDA runtime (libcudart.so*)"
+            f"--cuda-lib {path} is not an ELF file; pass the libcudart.so.12 your job loads (see "
+            "/proc/PID/maps of a rank), or drop --cuda-lib to trace every one the agent finds"
         )
     truncated = tmp_path / "libnccl.so.2"
     truncated.write_bytes((sim / "libnccl.so.2").read_bytes()[:200])
@@ -124,7 +125,7 @@ def test_check_refuses_a_file_that_is_not_the_library() -> None:
     out = run_check("--cuda-lib", "/etc/passwd", "--nccl-lib", str(sim_built() / "build" / "libcudart.so.12"))
     assert out.returncode == 1 and "libraries" in failed_checks(out.stdout)
     assert "--cuda-lib /etc/passwd is not an ELF file" in out.stdout
-    assert "defines none of the nccl functions" in out.stdout
+    assert "exports none of the" in out.stdout and "nccl functions rankecho traces" in out.stdout
 
 
 AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]

@@ -101,7 +101,7 @@ def test_a_reused_run_dir_with_undelivered_points_is_refused(tmp_path: Path) -> 
 
 @pytest.mark.parametrize(("flag", "path", "why"), [
     ("--nccl-lib", "{lib}/libcudart.so.12", "exports none of the"),
-    ("--nccl-lib", "/etc/passwd", "is not a loadable library"),
+    ("--nccl-lib", "/etc/passwd", "is not an ELF file"),
     ("--cuda-lib", "{tmp}/missing.so", "does not exist"),
 ])  # fmt: skip
 def test_a_wrong_library_exits_2_and_sends_nothing(tmp_path: Path, flag: str, path: str, why: str) -> None:
