@@ -69,16 +69,25 @@ def answer(
 ) -> dict[str, Any] | int:
     """:func:`ask`, for a command's ``main``: the answer, or the exit code after printing why there is none
     (3: the store is held by a running Echo; 1: anything else, with the fix)."""
-    from rankecho import exitcodes
-
     try:
         return ask(args, command, tool, arguments, question)
-    except StoreHeldError as exc:
+    except ANSWER_ERRORS as exc:
+        return failed(command, exc)
+
+
+ANSWER_ERRORS = (AskError, OSError, ValueError)
+"""What asking can fail with, each told to the user by :func:`failed`."""
+
+
+def failed(command: str, exc: BaseException) -> int:
+    """Say why ``rankecho command`` got no answer; its exit code (3: held store, else 1)."""
+    from rankecho import exitcodes
+
+    if isinstance(exc, StoreHeldError):
         print(exc, file=sys.stderr)
         return exitcodes.STORE_HELD
-    except (AskError, OSError, ValueError) as exc:
-        print(f"rankecho {command}: {exc}", file=sys.stderr)
-        return exitcodes.FAILED
+    print(f"rankecho {command}: {exc}", file=sys.stderr)
+    return exitcodes.FAILED
 
 
 def ask_store(

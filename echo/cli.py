@@ -42,7 +42,7 @@ def _explain(args: argparse.Namespace) -> int:
     return main(args)
 
 
-def _add_source(p: argparse.ArgumentParser, db_help: str) -> Any:
+def add_source(p: argparse.ArgumentParser, db_help: str) -> Any:
     """``--db FILE`` or ``--mcp-url URL`` (one of them), the MCP token file, and the limits of both;
     returns the group, for a deprecated spelling of one of them."""
     source = p.add_mutually_exclusive_group(required=True)
@@ -160,7 +160,7 @@ def add_query(subparsers: Any) -> None:
             "'SELECT count(*) FROM events'",
         ),
     )
-    _add_source(p, "DuckDB store file no Echo holds")
+    add_source(p, "DuckDB store file no Echo holds")
     p.add_argument("--json", action="store_true", help="print {columns, rows, truncated} as JSON")
     p.add_argument("--max-rows", type=int, default=10_000, metavar="N", help="print at most N rows")
     p.add_argument("sql", help="one SELECT statement")
@@ -180,7 +180,7 @@ def add_diagnose(subparsers: Any) -> None:
             "rankecho diagnose --db echo.db --json | jq '.stragglers[0]'",
         ),
     )
-    source = _add_source(p, "a store file no Echo holds (opened read-only)")
+    source = add_source(p, "a store file no Echo holds (opened read-only)")
     source.add_argument(
         "--endpoint", action=DeprecatedAlias, replacement="--mcp-url", dest="mcp_url", metavar="URL"
     )
@@ -211,7 +211,7 @@ def add_explain(subparsers: Any) -> None:
             "--timestamp-ns 1733300000123456789 --json",
         ),
     )
-    _add_source(p, "a store file no Echo holds (opened read-only)")
+    add_source(p, "a store file no Echo holds (opened read-only)")
     p.add_argument("--node-id", required=True, help="the late rank's node")
     p.add_argument("--rank", type=int, required=True, help="the late rank")
     p.add_argument("--causal-chain-id", metavar="ID", help="the late collective, as diagnose lists it")

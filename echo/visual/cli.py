@@ -18,11 +18,11 @@ from rankecho.helpfmt import DeprecatedAlias, examples
 
 
 def _source_flags(p: argparse.ArgumentParser) -> None:
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--db", metavar="FILE", help="a store file no Echo holds (read-only)")
-    src.add_argument("--mcp-url", metavar="URL", help="a running Echo's MCP endpoint: http://HOST:8000/mcp")
-    src.add_argument("--endpoint", metavar="URL", action=DeprecatedAlias, dest="mcp_url",
-                     replacement="--mcp-url")
+    from rankecho.echo.cli import add_source
+
+    source = add_source(p, "a store file no Echo holds (opened read-only)")
+    source.add_argument("--endpoint", metavar="URL", action=DeprecatedAlias, dest="mcp_url",
+                        replacement="--mcp-url")
     p.add_argument("--window", help="e.g. 'last 10m' (default: all stored data)")
     p.add_argument("--cluster-id", help="the cluster to draw (default: the top straggler's)")
     p.add_argument("--node-id", help="only this node's lanes (default: all)")
@@ -30,10 +30,6 @@ def _source_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--at", type=int, metavar="NS", dest="timestamp_ns",
                    help="centre on this time (ns, corrected clock; default: the latest late episode)")
     p.add_argument("--before-ms", type=float, default=500.0, help="pre-call window drawn (ms)")
-    p.add_argument("--token-file", metavar="FILE",
-                   help="the MCP bearer token (default: $RANKECHO_MCP_TOKEN, then $RANKECHO_TOKEN)")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per query")
-    p.add_argument("--memory-limit", default="2GB", help="DuckDB memory limit with --db")
 
 
 def register(subparsers: Any) -> None:
@@ -84,16 +80,12 @@ def _picture(args: argparse.Namespace, command: str) -> Any:
 
 
 def _run(args: argparse.Namespace, command: str, write: Any) -> int:
-    from rankecho.echo.ask import AskError, StoreHeldError
+    from rankecho.echo.ask import ANSWER_ERRORS, failed
 
     try:
         return int(write(_picture(args, command)))
-    except StoreHeldError as exc:
-        print(exc, file=sys.stderr)
-        return exitcodes.STORE_HELD
-    except (AskError, OSError, ValueError) as exc:
-        print(f"rankecho {command}: {exc}", file=sys.stderr)
-        return exitcodes.FAILED
+    except ANSWER_ERRORS as exc:
+        return failed(command, exc)
 
 
 def _report(args: argparse.Namespace) -> int:
