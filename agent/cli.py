@@ -60,7 +60,12 @@ def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s rankecho-agent %(levelname)s %(message)s")
     log = logging.getLogger("rankecho.agent")
-    s = settings.from_args(args)
+    try:
+        s = settings.from_args(args)
+    except ValueError as err:  # e.g. an unreadable --token-file: bad input, named with the fix
+        log.error("%s", err)
+        stopflag.ignore_further()
+        return exitcodes.USAGE
     warning = settings.plaintext_token_warning(s, args.insecure)
     if warning:
         log.warning(warning)

@@ -293,3 +293,18 @@ def test_demo_and_evaluate_are_subcommands_with_the_module_flags() -> None:
         assert options(sub) == options(module)
     missing = rankecho("evaluate", "--json", "/nonexistent/dir/out.json", "/nonexistent/x.yaml")
     assert missing.returncode != 0 and "Traceback" not in missing.stderr, missing.stderr
+
+
+TOKEN_FILE_USERS = [
+    ("agent", "--endpoint", "127.0.0.1:9", "--cluster-id", "c"),
+    ("stress", "--endpoint", "127.0.0.1:9", "--cluster-id", "c", "--node-id", "n"),
+]
+
+
+@pytest.mark.parametrize("command", TOKEN_FILE_USERS)
+def test_an_unreadable_token_file_is_bad_input_not_a_traceback(command: tuple[str, ...],
+                                                                tmp_path: Path) -> None:  # fmt: skip
+    missing = tmp_path / "missing"
+    done = rankecho(*command, "--token-file", str(missing))
+    assert done.returncode == exitcodes.USAGE, done.stderr
+    assert f"cannot read --token-file {missing}" in done.stderr and "Traceback" not in done.stderr
