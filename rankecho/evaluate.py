@@ -101,6 +101,7 @@ def evaluate(path: Path, workdir: Path, timeout_s: float = 300.0) -> ScenarioRes
     scenario = load_scenario(path)
     token = secrets.token_hex(16)
     any_port = HostPort("127.0.0.1", 0)
+    workdir.mkdir(parents=True, exist_ok=True)  # Echo refuses a missing directory (a mistyped --db)
     settings = Settings(
         db_path=workdir / "echo.db", token=token, otlp_grpc=any_port, otlp_http=any_port, mcp_http=None
     )
