@@ -24,7 +24,7 @@ from bench._report import provenance, render, timed, update_markdown
 
 def discover() -> list[str]:
     here = Path(__file__).parent
-    # Packages are tools (bench/launch), not benchmarks.
+    # Packages would be tools, not benchmarks.
     modules = pkgutil.iter_modules([str(here)])
     return sorted(m.name for m in modules if not m.name.startswith("_") and not m.ispkg)
 

@@ -135,7 +135,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     if reason:
         print(f"skipped: {reason}")
         return {"skipped": reason}
-    from bench.launch.echo import EchoProcess
+    from rankecho.launch.echo import EchoProcess
 
     sim_args = ["--steps", str(args.steps), "--compute-us", "30000", "--kernels", "60", "--buckets", "2"]
     with tempfile.TemporaryDirectory(prefix="rankecho-bench-agent-") as d:

@@ -28,8 +28,8 @@ from typing import Any
 import duckdb
 
 from bench.ingest import cpu_seconds, writer_busy_s
-from bench.launch.echo import EchoProcess
-from bench.launch.stress import StressProcess
+from rankecho.launch.echo import EchoProcess
+from rankecho.launch.stress import StressProcess
 
 TOKEN = "bench-fleet-token"
 LAG_LIMIT_S = 2.0

@@ -26,8 +26,8 @@ from typing import Any
 
 import duckdb
 
-from bench.launch.echo import EchoProcess
-from bench.launch.stress import StressProcess
+from rankecho.launch.echo import EchoProcess
+from rankecho.launch.stress import StressProcess
 from rankecho.stress import runner
 from rankecho.stress.planting import StressPlan
 from rankecho.stress.runner import Batch, StressConfig

@@ -43,9 +43,9 @@ def check(failures: list[str], ok: bool, what: str) -> None:
 
 
 def run_demo(workdir: Path, keep: Path | None) -> int:
-    from bench.launch.echo import EchoProcess
-    from bench.launch.stress import StressProcess, query_cli
     from rankecho.echo.queries import FANIN
+    from rankecho.launch.echo import EchoProcess
+    from rankecho.launch.stress import StressProcess, query_cli
 
     db, token = workdir / "echo-fanin-demo.db", secrets.token_hex(16)
     started = time.monotonic()

@@ -95,8 +95,8 @@ def write_demo_report(mcp_url: str, token: str, out: Path) -> Path:
 
 
 def run_straggler_demo(workdir: Path) -> int:
-    from bench.launch.echo import EchoProcess
     from rankecho.demo import check
+    from rankecho.launch.echo import EchoProcess
     from rankecho.sim.score import CAUSE_TO_FAULT, periods, predictions_from, score
 
     why_not = missing_prerequisite()

@@ -3,5 +3,5 @@
 The planting rule lives in :mod:`rankecho.stress.planting`, encoding in :mod:`rankecho.stress.encode`, the
 retry decision in :mod:`rankecho.shared.retry`, transports in :mod:`rankecho.stress.senders`, the producer
 loop in :mod:`rankecho.stress.runner`. The tests, the demo and the benchmarks run it as a process through
-:mod:`bench.launch`. See ``docs/stress.md``.
+:mod:`rankecho.launch`. See ``docs/stress.md``.
 """

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from echo_helpers import TEST_TOKEN
 
-from bench.launch.echo import EchoProcess
 from rankecho.echo.app import Echo
 from rankecho.echo.settings import HostPort, Settings
+from rankecho.launch.echo import EchoProcess
 
 LOOPBACK_ANY_PORT = HostPort("127.0.0.1", 0)
 TMPFS_BYTES = 24 << 20

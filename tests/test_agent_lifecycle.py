@@ -17,7 +17,7 @@ from conftest import inproc_echo
 from echo_helpers import TEST_TOKEN, row_dicts
 from test_agent_helpers import attrs, rank_pids, requires_ebpf, sim_built, step_lines
 
-from bench.launch.echo import EchoProcess
+from rankecho.launch.echo import EchoProcess
 from rankecho.shared import contract as c
 from rankecho.sim.job import SimJob, stop_all
 

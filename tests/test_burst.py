@@ -8,8 +8,8 @@ import duckdb
 import pytest
 from echo_helpers import TEST_TOKEN as TOKEN
 
-from bench.launch.echo import EchoProcess
-from bench.launch.stress import StressProcess
+from rankecho.launch.echo import EchoProcess
+from rankecho.launch.stress import StressProcess
 
 
 @pytest.mark.parametrize("client", ["raw", "sdk"])

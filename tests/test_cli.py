@@ -17,9 +17,9 @@ import pytest
 from echo_helpers import TEST_TOKEN
 from test_diagnosis_tools import JOB, build_store
 
-from bench.launch.echo import EchoProcess
 from rankecho import __version__, exitcodes
 from rankecho.cli import build_parser
+from rankecho.launch.echo import EchoProcess
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {"PATH": "/usr/bin:/bin", "RANKECHO_TOKEN": TEST_TOKEN}

@@ -18,7 +18,6 @@ from echo_helpers import TEST_TOKEN
 from fastmcp import Client
 from fastmcp.exceptions import ToolError
 
-from bench.launch.echo import EchoProcess
 from rankecho.echo.mcp.causes import NEXT_STEPS
 from rankecho.echo.mcp.rates import load_rates
 from rankecho.echo.mcp.server import build_server
@@ -26,6 +25,7 @@ from rankecho.echo.mcp.tools import Investigation
 from rankecho.echo.report import render_stragglers
 from rankecho.echo.store.migrate import migrate
 from rankecho.echo.store.reader import Reader
+from rankecho.launch.echo import EchoProcess
 from rankecho.sim.synthetic import SynFault, SynNode, SyntheticJob, write_job
 
 REPO = Path(__file__).resolve().parent.parent

@@ -20,9 +20,9 @@ import pyarrow as pa
 import pytest
 from echo_helpers import TEST_TOKEN, grpc_export, node_request, wait_until
 
-from bench.launch.echo import EchoProcess
 from rankecho.echo.store.lock import StoreLock, StoreLockedError, is_locked
 from rankecho.echo.store.migrate import available
+from rankecho.launch.echo import EchoProcess
 from rankecho.shared import contract as c
 from rankecho.shared.otlp import Point, metrics_request
 from rankecho.sim.procs import signals_blocked

@@ -8,10 +8,10 @@ import pytest
 from conftest import local_settings
 from echo_helpers import grpc_export, node_request
 
-from bench.launch.echo import EchoProcess
 from rankecho.cli import build_parser
 from rankecho.echo.app import Echo
 from rankecho.echo.settings import HostPort, Settings, SettingsError, settings_from_args
+from rankecho.launch.echo import EchoProcess
 
 
 def parse(*argv: str, env: dict[str, str] | None = None) -> Settings:

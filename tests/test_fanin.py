@@ -18,9 +18,9 @@ import duckdb
 import pytest
 from echo_helpers import TEST_TOKEN as TOKEN
 
-from bench.launch.echo import EchoProcess
-from bench.launch.stress import StressProcess
 from rankecho.echo.queries import FANIN
+from rankecho.launch.echo import EchoProcess
+from rankecho.launch.stress import StressProcess
 
 KEEP_DB_DEFAULT = Path("/tmp/echo-fanin-demo.db")
 

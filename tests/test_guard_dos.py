@@ -28,7 +28,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from bench.launch.echo import EchoProcess
+from rankecho.launch.echo import EchoProcess
 
 pytestmark = pytest.mark.slow
 

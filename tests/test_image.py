@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 import rankecho
-from bench.launch.echo import EchoProcess
 from rankecho.agent.check import ebpf_missing
+from rankecho.launch.echo import EchoProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "build-image.sh"

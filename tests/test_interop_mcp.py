@@ -16,9 +16,9 @@ from echo_helpers import TEST_TOKEN, grpc_export
 from interop_clients import inspector_command, run_client
 from test_mcp_tools import TOOLS
 
-from bench.launch.echo import EchoProcess
 from rankecho.echo.ingest.rows import ARROW_SCHEMA
 from rankecho.echo.mcp.http import UNAUTHORIZED_MESSAGE
+from rankecho.launch.echo import EchoProcess
 from rankecho.shared import contract as c
 from rankecho.shared.otlp import Point, metrics_request
 

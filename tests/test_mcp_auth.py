@@ -16,7 +16,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from bench.launch.echo import EchoProcess
+from rankecho.launch.echo import EchoProcess
 
 MCP_TOKEN = "mcp-only-token-9876543210"
 RATES = "currency: EUR\ndefault_per_gpu_hour: 7.25\nper_gpu_hour: {H100: 9.5}\n"

@@ -26,9 +26,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from test_mcp_tools import TOOLS
 
-from bench.launch.echo import EchoProcess
-from bench.launch.stress import StressProcess
 from rankecho.echo.queries import seed_examples
+from rankecho.launch.echo import EchoProcess
+from rankecho.launch.stress import StressProcess
 from rankecho.stress.planting import StressPlan
 
 START_NS = 1_796_221_800_000_000_000  # 2026-12-02T14:30:00Z

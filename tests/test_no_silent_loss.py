@@ -22,7 +22,7 @@ from conftest import inproc_echo
 from echo_helpers import TEST_TOKEN, count
 from test_agent_helpers import requires_ebpf, sim_built
 
-from bench.launch.echo import EchoProcess
+from rankecho.launch.echo import EchoProcess
 from rankecho.shared import contract as c
 from rankecho.sim.launcher import free_port
 

@@ -17,10 +17,10 @@ import grpc
 import httpx
 import pytest
 
-from bench.launch.echo import EchoProcess
 from rankecho.echo.app import Echo
 from rankecho.echo.settings import HostPort, Settings
 from rankecho.echo.store.condition import cause_of
+from rankecho.launch.echo import EchoProcess
 from tests.echo_helpers import TEST_TOKEN, disk_filled, grpc_export, node_request, run_serve
 
 

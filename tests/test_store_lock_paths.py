@@ -17,8 +17,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from bench.launch.echo import EchoProcess
 from rankecho.echo.store.lock import StoreLock, StoreLockedError, is_locked, read_holder
+from rankecho.launch.echo import EchoProcess
 from tests.echo_helpers import TEST_TOKEN, run_serve
 
 

@@ -11,8 +11,8 @@ import pytest
 from echo_helpers import TEST_TOKEN as TOKEN
 from echo_helpers import self_signed
 
-from bench.launch.echo import EchoProcess
-from bench.launch.stress import StressProcess
+from rankecho.launch.echo import EchoProcess
+from rankecho.launch.stress import StressProcess
 
 
 @pytest.mark.parametrize("client", ["raw", "sdk"])
