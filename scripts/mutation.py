@@ -64,10 +64,11 @@ TARGETS: dict[str, Target] = {
         (f"{TRACKER}_collective__*", f"{TRACKER}_init__*", f"{TRACKER}_comm__*", f"{TRACKER}_step_done__*",
          f"{TRACKER}_sync__*", "agent.procstate.xǁProcǁstep_chain__*"),
     ),
-    "guard": Target(("echo/guard/*.py",), ("tests/test_guard_units.py", "tests/test_guard_layers.py",
-                                           "tests/test_guard_corpus.py", "tests/test_guard_parsed.py",
-                                           "tests/test_guard_fuzz.py"),
-                    "the SQL guard's lexical and parser layers and the sealed instance"),
+    "guard": Target(("echo/guard/*.py",), ("tests/test_guard_units.py", "tests/test_guard_bound.py",
+                                           "tests/test_guard_layers.py", "tests/test_guard_corpus.py",
+                                           "tests/test_guard_parsed.py", "tests/test_guard_fuzz.py"),
+                    "the SQL guard's token, parser and binder layers, the allowed catalog and the sealed "
+                    "instance"),
     # test_writer_paths.py first: direct and fast (about 15 s), it kills most mutants before the slow
     # end-to-end files run (mutmut stops at a mutant's first failing test).
     "writer": Target(("echo/store/writer.py",),
