@@ -142,7 +142,7 @@ def stop_agents(agents: Iterable[Agent], say: Callable[[str], None], grace_s: fl
             a.stopped_ns = a.stopped_ns or time.time_ns()
             a.proc.send_signal(signal.SIGTERM)
     for a in agents:
-        stop_process(a.proc, grace_s=grace_s)
+        stop_process(a.proc, sig=None, grace_s=grace_s)  # signalled above: wait, never signal twice
         failure = describe_failure(a)
         if failure:
             say(f"error: {failure}")

@@ -31,11 +31,15 @@ def tail(path: Path, chars: int = 2000) -> str:
         return "(no output)"
 
 
-def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, grace_s: float = 5.0) -> None:
-    """Signal (if still running), wait up to ``grace_s``, then SIGKILL."""
+def stop_process(proc: subprocess.Popen[bytes], sig: int | None = signal.SIGTERM,
+                 grace_s: float = 5.0) -> None:  # fmt: skip
+    """Signal (if still running; ``sig`` None: it was signalled already), wait up to ``grace_s``, then
+    SIGKILL. Never a second stop signal: one arriving while a process exits after handling the first
+    kills it (-15) once Python has put the default handlers back."""
     if proc.poll() is not None:
         return
-    proc.send_signal(sig)
+    if sig is not None:
+        proc.send_signal(sig)
     try:
         proc.wait(grace_s)
     except subprocess.TimeoutExpired:
