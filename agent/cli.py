@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rankecho.agent.settings import Settings
 from rankecho.helpfmt import examples
 from rankecho.shared.clientflags import add_tls_options, add_token_options
 
@@ -36,6 +37,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    "its spool after SIGTERM before leaving the rest for its next start (keep the pod's "
                    "terminationGracePeriodSeconds above it)")
     p.add_argument("--offcpu-min-ms", type=float, default=1.0, help="shortest off-CPU interval reported")
+    p.add_argument("--raw-interval-ms", type=float, default=Settings.raw_interval_ns / 1e6, metavar="MS",
+                   help="send a raw interval (sync, copy, allocation, off-CPU) only when it is at least MS "
+                   "and far above its thread's usual, or inside an unusually long pre-call window; every "
+                   "collective carries its window's breakdown anyway (0: send every interval)")
+    p.add_argument("--health-every", type=_positive_int, default=Settings.health_every, metavar="N",
+                   help="send every Nth step's health score, and any that moved by 0.2")
     p.add_argument("--clock-offset-ns", type=int, default=0,
                    help="TESTING ONLY: add this to every timestamp, to simulate a skewed node clock")
     p.add_argument("--ready-file", default=None, help="created once probes are attached")
@@ -120,3 +127,13 @@ def register(subparsers: Any) -> None:
     chk.add_argument("--cuda-lib", action="append", metavar="PATH",
                      help="check this libcudart file (repeatable; default: those running processes map)")
     chk.set_defaults(handler=_check)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of steps, at least 1 (e.g. 10)")
+    return value

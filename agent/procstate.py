@@ -30,6 +30,10 @@ class Comm:
     agent run (:mod:`rankecho.agent.journal`): the id is exact, only ``seq`` counts from the attach."""
     chain_comm: str | None = None
     """The id chain ids are built from when it is not ``comm_id`` (a restored comm: see tracker)."""
+    last_return_ns: int | None = None
+    """When this rank's latest call on the communicator returned (monotonic ns): a pre-call window's start."""
+    last_complete_ns: int | None = None
+    """When a sync completed this rank's latest call on it (None while none has)."""
 
     @property
     def chain_base(self) -> str:
@@ -44,6 +48,7 @@ class Pending:
     chain: str
     attrs: dict[str, AttrValue]
     primary: bool
+    comm: Comm | None = None
 
 
 @dataclass
@@ -60,6 +65,9 @@ class Proc:
     last_completion_ns: int | None = None
     preempted_ns: int = 0
     health: StepHealth = field(default_factory=StepHealth)
+    health_steps: int = 0
+    health_sent: float | None = None
+    """The last health score sent (scores go out every Nth step, or when they move)."""
     group_depth: dict[int, int] = field(default_factory=dict)
     launches: dict[int, tuple[int, int]] = field(default_factory=dict)
     """tid -> (cumulative count, monotonic ns) at the last window."""

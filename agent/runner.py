@@ -68,6 +68,8 @@ class Agent:
             gpu_resource=self._gpu_resource,
             journal=CommJournal(Path(s.spool_dir) / JOURNAL_NAME,
                                 alive=lambda pid: os.path.exists(f"{s.proc_root}/{pid}")),
+            raw_interval_ns=s.raw_interval_ns,
+            health_every=s.health_every,
         )
         # The environment's attributes go on every resource, except those naming the agent's own pod:
         # they go only on the agent's own points (a traced process carries its own pod, if any).

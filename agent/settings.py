@@ -41,6 +41,12 @@ class Settings:
     flush_interval_s: float = 0.5
     window_s: float = 1.0
     offcpu_min_ns: int = 1_000_000
+    raw_interval_ns: int = 10_000_000
+    """Raw intervals (syncs, copies, allocations, off-CPU) go out only as evidence: at least this long and
+    far above the thread's usual, or inside an unusually long pre-call window; 0 sends all of them.
+    Every collective carries its window's breakdown either way (agent/window.py)."""
+    health_every: int = 10
+    """Send every Nth step's health score (and any that moved by 0.2)."""
     proc_root: str = "/proc"
     shutdown_deadline_s: float = 10.0
     """At shutdown, how long the exporter keeps retrying Echo before leaving the rest in the spool."""
@@ -92,6 +98,8 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) ->
         spool_max_bytes=int(args.spool_max_mb * (1 << 20)),
         scan_interval_s=args.scan_interval,
         offcpu_min_ns=int(args.offcpu_min_ms * 1_000_000),
+        raw_interval_ns=int(args.raw_interval_ms * 1_000_000),
+        health_every=args.health_every,
         proc_root=args.proc_root,
         shutdown_deadline_s=args.shutdown_grace,
     )

@@ -38,6 +38,7 @@ from rankecho.agent.identity import (
 )
 from rankecho.agent.journal import CommJournal
 from rankecho.agent.procstate import Comm, Pending, Proc, ProcKey
+from rankecho.agent.window import DEFAULT_WINDOW_NS, WindowKeeper
 from rankecho.shared import contract as c
 from rankecho.shared.otlp import AttrValue, Point
 
@@ -49,6 +50,8 @@ DATATYPE_BYTES = (1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1)
 REDUCE_OPS = ("sum", "prod", "max", "min", "avg")
 MEMCPY_KINDS = ("host_to_host", "host_to_device", "device_to_host", "device_to_device", "default")
 PENDING_TIMEOUT_NS = 10_000_000_000
+HEALTH_MOVE = 0.2
+"""A health score this far from the last one sent goes out at once, whatever ``health_every`` says."""
 """A collective no sync has waited for after this long is sent without a completion time."""
 SIMPLE_CALLS: dict[FN, str] = {
     FN.MALLOC: c.M_CUDA_MALLOC,
@@ -71,8 +74,15 @@ class Tracker:
         gpu_resource: Callable[[ProcessInfo], dict[str, AttrValue]] = lambda info: {},
         pending_timeout_ns: int = PENDING_TIMEOUT_NS,
         journal: CommJournal | None = None,
+        raw_interval_ns: int = 0,
+        health_every: int = 1,
     ) -> None:
+        """``raw_interval_ns``: which raw intervals go out besides each collective's pre-call breakdown
+        (:mod:`rankecho.agent.window`; 0 = all of them). ``health_every``: send every Nth step's health
+        score (and any that moved by ``HEALTH_MOVE``)."""
         self.node_id = node_id
+        self.windows = WindowKeeper(raw_interval_ns)
+        self._health_every = max(1, health_every)
         self.journal = journal
         """Communicators seen created, on disk: a restarted agent names them as its predecessor did."""
         self.clock = clock
@@ -278,7 +288,18 @@ class Tracker:
                 attrs[c.MEMCPY_KIND] = MEMCPY_KINDS[rec.a3] if rec.a3 < len(MEMCPY_KINDS) else str(rec.a3)
             if fn == FN.MEMCPY_ASYNC:
                 attrs[c.STREAM] = rec.a1
-            self._emit(proc, SIMPLE_CALLS[fn], rec.ts, (rec.ts2 - rec.ts) / 1e6, attrs, rec.tid)
+            kind = "malloc" if fn == FN.MALLOC else "free" if fn == FN.FREE else "memcpy"
+            self._interval(proc, kind, SIMPLE_CALLS[fn], rec.ts, rec.ts2, attrs, rec.tid)
+
+    def _interval(self, proc: Proc, kind: str, metric: str, start: int, end: int,
+                  attrs: dict[str, AttrValue], tid: int) -> None:
+        """A CUDA call's interval: into the thread's window ring; out as a raw point if it is evidence."""
+        chain = proc.step_chain()
+
+        def ship() -> None:
+            self._emit(proc, metric, start, (end - start) / 1e6, attrs, tid, chain=chain)
+
+        self.windows.call(proc.info.pid, tid, kind, start, end, ship)
 
     def _collective(self, proc: Proc, rec: CallRecord) -> None:
         comm = self._comm(proc, rec.a0)
@@ -288,6 +309,7 @@ class Tracker:
             c.DATATYPE: DATATYPES[dtype] if dtype < len(DATATYPES) else str(dtype), c.STREAM: rec.a1,
             c.ENTER_NS: self.clock.to_unix(rec.ts), c.RETURN_NS: self.clock.to_unix(rec.ts2),
         }
+        attrs.update(self._pre_window(proc, comm, rec))
         if dtype < len(DATATYPE_BYTES):
             attrs[c.BYTES] = rec.a2 * DATATYPE_BYTES[dtype]
         if comm.rank is not None:
@@ -315,9 +337,25 @@ class Tracker:
             chain = c.causal_chain_id(comm.chain_base, comm.seq)
             primary = comm is proc.primary
             if primary and comm.seq == proc.step_seq:
-                self._launches(proc, rec.tid, rec.launches, rec.ts, chain)
+                self._launches(proc, rec.tid, rec.launches, rec.ts, chain, ride=attrs)
             comm.seq += 1
-        proc.pending.append(Pending(rec, chain, attrs, primary))
+        proc.pending.append(Pending(rec, chain, attrs, primary, comm))
+
+    def _pre_window(self, proc: Proc, comm: Comm, rec: CallRecord) -> dict[str, float]:
+        """The call's pre-call window broken down by cause class, as Echo's analysis would from raw
+        intervals: from the previous call on this communicator (its completion when a sync had waited
+        for it before this call, else its return) to this call's enter."""
+        done = comm.last_complete_ns
+        from_completion = done is not None and done <= rec.ts
+        if from_completion:
+            assert done is not None
+            start = done
+        elif comm.last_return_ns is not None:
+            start = comm.last_return_ns
+        else:
+            start = rec.ts - DEFAULT_WINDOW_NS
+        comm.last_return_ns, comm.last_complete_ns = rec.ts2, None
+        return self.windows.close(proc.info.pid, rec.tid, start, rec.ts, from_completion).attributes()
 
     def _sync(self, proc: Proc, rec: CallRecord) -> None:
         stream = rec.a1
@@ -325,7 +363,7 @@ class Tracker:
                                        c.RETURN_NS: self.clock.to_unix(rec.ts2)}
         if rec.fn == FN.STREAM_SYNC:
             attrs[c.STREAM] = stream
-        self._emit(proc, c.M_CUDA_SYNC, rec.ts, (rec.ts2 - rec.ts) / 1e6, attrs, rec.tid)
+        self._interval(proc, "sync", c.M_CUDA_SYNC, rec.ts, rec.ts2, attrs, rec.tid)
         # A stream sync waits for that stream (stream 0, the legacy default stream, for all blocking
         # streams); device and event syncs are taken to wait for everything the process enqueued.
         done = [p for p in proc.pending
@@ -345,6 +383,8 @@ class Tracker:
         if complete_ns is not None:
             attrs[c.COMPLETE_NS] = self.clock.to_unix(complete_ns)
             end = complete_ns
+            if p.comm is not None and rec.ts2 == p.comm.last_return_ns:  # the comm's latest call
+                p.comm.last_complete_ns = complete_ns
         self._emit(proc, c.M_COLLECTIVE, rec.ts, (end - rec.ts) / 1e6, attrs, rec.tid, chain=p.chain)
 
     def _step_done(self, proc: Proc, first: Pending, last: Pending, complete_ns: int) -> None:
@@ -353,9 +393,13 @@ class Tracker:
         if proc.last_completion_ns is not None:
             compute = max(0, first.rec.ts - proc.last_completion_ns)
             s = proc.health.step(compute, proc.preempted_ns, self._throttled(proc.info))
-            attrs: dict[str, AttrValue] = {c.HEALTH_COMPUTE_MS: s.compute_ns / 1e6,
-                                           c.HEALTH_BASELINE_MS: s.baseline_ns / 1e6}
-            self._emit(proc, c.M_HEALTH, complete_ns, s.score, attrs, chain=first.chain)
+            proc.health_steps += 1
+            moved = proc.health_sent is None or abs(s.score - proc.health_sent) >= HEALTH_MOVE
+            if moved or proc.health_steps % self._health_every == 0:
+                attrs: dict[str, AttrValue] = {c.HEALTH_COMPUTE_MS: s.compute_ns / 1e6,
+                                               c.HEALTH_BASELINE_MS: s.baseline_ns / 1e6}
+                self._emit(proc, c.M_HEALTH, complete_ns, s.score, attrs, chain=first.chain)
+                proc.health_sent = s.score
         proc.last_completion_ns = complete_ns
         proc.preempted_ns = 0
         proc.step_seq = int(last.attrs[c.SEQ]) + 1
@@ -368,9 +412,18 @@ class Tracker:
             attrs[c.RUNQ_MS] = max(0, rec.ts_in - rec.ts_wake) / 1e6
         if not rec.sleeping:
             proc.preempted_ns += rec.ts_in - rec.ts_out
+        by: str | None = None
         if rec.preempted_by:  # preempted: who took the CPU; woken: who it waited behind in the run queue
-            attrs[c.PREEMPTED_BY] = self._preemptor(rec.preempted_by)
-        self._emit(proc, c.M_OFFCPU, rec.ts_out, (rec.ts_in - rec.ts_out) / 1e6, attrs, rec.tid)
+            by = attrs[c.PREEMPTED_BY] = self._preemptor(rec.preempted_by)
+        chain = proc.step_chain()
+
+        def ship() -> None:
+            ms = (rec.ts_in - rec.ts_out) / 1e6
+            self._emit(proc, c.M_OFFCPU, rec.ts_out, ms, attrs, rec.tid, chain=chain)
+
+        runq = rec.ts_in - rec.ts_wake if rec.ts_wake else 0
+        self.windows.offcpu(proc.info.pid, rec.tid, rec.ts_out, rec.ts_in, rec.sleeping, by,
+                            str(attrs[c.CALL_IN_FLIGHT]), runq, ship)
 
     def _preemptor(self, tid: int) -> str:
         """'job' when the thread that took the CPU belongs to a traced process that uses a communicator
@@ -385,12 +438,17 @@ class Tracker:
         return "job" if proc is not None and proc.comms else "other"
 
     # --- periodic -------------------------------------------------------------------------------
-    def _launches(self, proc: Proc, tid: int, n: int, ts: int, chain: str | None = None) -> None:
-        """Launches of ``tid`` since its previous window, ending at ``ts`` (counts are cumulative)."""
+    def _launches(self, proc: Proc, tid: int, n: int, ts: int, chain: str | None = None,
+                  ride: dict[str, AttrValue] | None = None) -> None:
+        """Launches of ``tid`` since its previous window, ending at ``ts`` (counts are cumulative); into
+        ``ride`` (a step's first collective's attributes) instead of a point of their own when given."""
         last_n, last_ts = proc.launches.get(tid, (0, 0))
         if n <= last_n:
             return  # nothing new, or a snapshot older than the last window read
         proc.launches[tid] = (n, ts)
+        if ride is not None:
+            ride[c.LAUNCHES] = n - last_n
+            return
         attrs: dict[str, AttrValue] = {c.CUDA_CALL: SYMBOLS[FN.LAUNCH_KERNEL]}
         if last_ts:
             attrs[c.WINDOW_NS] = ts - last_ts
@@ -426,6 +484,7 @@ class Tracker:
         for p in proc.pending:
             self._complete(proc, p, None)
         proc.pending.clear()
+        self.windows.forget(proc.info.pid)
         if self.procs.get(proc.info.pid) is proc:
             del self.procs[proc.info.pid]
         self.exited[proc.info.pid] = proc

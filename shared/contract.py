@@ -84,6 +84,20 @@ HEALTH_COMPUTE_MS: Final = "rankecho.health.compute_ms"
 """Of a health point: ms from the previous collective's completion to this collective's enter."""
 HEALTH_BASELINE_MS: Final = "rankecho.health.baseline_ms"
 """Of a health point: the rank's median compute_ms over its recent steps."""
+PRE_WINDOW_MS: Final = "rankecho.pre.window_ms"
+"""Of a collective: the length of its rank's pre-call window, summarised by the agent (docs/contract.md):
+from the previous call on the communicator (its completion when a sync had waited for it before this call,
+else its return; 500 ms when there was none) to this call's enter. Its presence says the point carries
+the breakdown below; a class the window did not contain is left out (0)."""
+PRE_CLASSES: Final = ("allocator", "slow_gpu", "memcpy", "cpu_contention", "sleeping")
+"""The cause classes the window is broken down into, as Echo's staging categorises raw intervals."""
+PRE_PREFIX: Final = "rankecho.pre."
+"""``rankecho.pre.<class>_ms`` (time in that class inside the window) for each of ``PRE_CLASSES``."""
+PRE_PRESYNC_MS: Final = "rankecho.pre.presync_ms"
+"""Of a collective whose window began at the previous call's completion: ms blocked in syncs in the
+window, less the run-queue waits behind other work that ended them (the GPU rule's input)."""
+LAUNCHES: Final = "rankecho.cuda.launches"
+"""Of a step's first collective: cudaLaunchKernel calls by its thread since the previous count."""
 DROP_SOURCE: Final = "rankecho.agent.drop_source"
 """Of a drop count: ``ringbuf`` (kernel side full) or ``spool`` (disk spool over its size bound)."""
 

@@ -32,6 +32,7 @@ from rankecho.agent.events import FN, PAYLOAD_SIZE, CallRecord, InitRecord, OffC
 from rankecho.agent.export import encode_batch
 from rankecho.agent.identity import EnvIdentity, ProcessInfo
 from rankecho.agent.procstate import ProcKey
+from rankecho.agent.settings import Settings
 from rankecho.agent.tracker import DATATYPES, REDUCE_OPS, Tracker
 from rankecho.shared import contract as c
 from rankecho.shared.otlp import AttrValue, Point
@@ -182,6 +183,7 @@ class NodeModel:
             self.node_id, _fixed_clock(), read_proc=infos.get, sink=self._sink, gpu_resource=self._gpu,
             thread_name=lambda pid, tid: names.get(tid - pid, ""),
             thread_group=lambda tid: tid - tid % PID_STRIDE if tid >= _pid(0) else None,
+            raw_interval_ns=Settings.raw_interval_ns, health_every=Settings.health_every,
         )
         self.base: dict[str, AttrValue] = {
             c.SERVICE_NAME: SERVICE, c.SERVICE_INSTANCE_ID: f"{self.node_id}/{os.getpid()}/{s.run_id}",

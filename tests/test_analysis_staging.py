@@ -156,7 +156,7 @@ def test_migrating_a_v1_store_backfills_the_analysis_tables(tmp_path: Path) -> N
         events = src.sql("SELECT * FROM events").to_arrow_table()
         con.register("copied", events)
         con.execute("INSERT INTO events SELECT * FROM copied")
-        assert migrate(con) == 2
+        assert migrate(con) == available()[-1].version
         staged = con.execute("SELECT * FROM collectives ORDER BY event_id").fetchall()
         intervals = con.execute("SELECT * FROM host_activity ORDER BY event_id").fetchall()
     with duckdb.connect(str(path), read_only=True) as src:

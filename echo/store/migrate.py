@@ -36,7 +36,9 @@ class SchemaTooNewError(RuntimeError):
 
 
 AFTER: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {2: backfill}
-"""Work that completes a migration, run in its transaction: v2 stages every stored agent event."""
+"""Work that completes a migration: v2 stages every stored agent event. It runs after every pending
+migration's DDL, because staging writes the newest tables' columns. (v3's pre-call columns stay NULL on
+collectives stored before it: the analysis explains those from their raw intervals, as it did.)"""
 
 
 def available() -> list[Migration]:
@@ -68,18 +70,23 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
         raise SchemaTooNewError(
             f"store schema is v{have} but this Echo knows up to v{newest}: upgrade rankecho"
         )
-    for m in migrations:
-        if m.version <= have:
-            continue
-        con.execute("BEGIN TRANSACTION")
-        try:
+    pending = [m for m in migrations if m.version > have]
+    if not pending:
+        return have
+    # One transaction for every pending migration: a crash leaves the store at its old version, and the
+    # completing work (AFTER) runs once, on the newest tables.
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for m in pending:
             con.execute(m.sql)
+        for m in pending:
             if m.version in AFTER:
                 AFTER[m.version](con)
+        for m in pending:
             con.execute("INSERT INTO schema_version VALUES (?, ?, epoch_ns(now()))", [m.version, m.name])
-            con.execute("COMMIT")
-        except Exception:
-            rollback(con)  # keeps the migration's own error (e.g. disk full) as the one raised
-            raise
-        have = m.version
+        con.execute("COMMIT")
+    except Exception:
+        rollback(con)  # keeps the migration's own error (e.g. disk full) as the one raised
+        raise
+    have = pending[-1].version
     return have

@@ -18,6 +18,16 @@
 -- Only a step's first collective on a communicator (pos 0) has such a sync window; the later ones
 -- inherit the step's verdict in rk_episodes.
 
+-- name: rk_pre_calls
+-- The pre-call windows the node agents summarised (collectives.pre_*, agent/window.py), keyed as the
+-- layers key a call: its stream and seq. Callers bound enter_ns (node clock) so the scan skips row groups.
+-- A call with a summary is explained from it; one without (an older agent) from host_activity.
+CREATE OR REPLACE TEMP MACRO rk_pre_calls() AS TABLE
+SELECT stream_key AS stream, seq, enter_ns, pre_window_ns, pre_allocator_ns, pre_slow_gpu_ns, pre_memcpy_ns,
+       pre_cpu_contention_ns, pre_sleeping_ns, pre_presync_ns
+FROM collectives
+WHERE pre_window_ns IS NOT NULL;
+
 -- name: rk_lateness
 -- One row per (instance, rank) of complete instances (every member of the communicator reported):
 -- the arrival of rk_arrivals; the cluster's noise (noise_median_ns, noise_sigma_ns), median step
@@ -92,7 +102,7 @@ suspects AS MATERIALIZED (  -- pos-0 rows of instances with a delay their host l
     -- every rank of their cluster; each with the end of its previous step (the completion of its
     -- stream's previous call; the few rows on the right, the side a hash join builds)
     SELECT s.cluster_id, s.inst_key, s.rank, s.thread_key, b.complete_c AS prev_c, s.enter_c, s.clock_offset_ns,
-           s.suspect, s.sampled
+           s.suspect, s.sampled, s.stream, s.seq
     FROM a b
     JOIN (SELECT * FROM (
               SELECT a.*, d.delay_ns >= d.threshold_ns
@@ -107,12 +117,19 @@ suspects AS MATERIALIZED (  -- pos-0 rows of instances with a delay their host l
       ON b.stream = s.stream AND b.seq = s.seq - 1
     WHERE b.complete_c IS NOT NULL
 ),
+summarised AS MATERIALIZED (  -- the suspects whose agent sent the window's sync time with the call
+    SELECT s.inst_key, s.rank, coalesce(p.pre_presync_ns, 0) AS presync_ns
+    FROM suspects s
+    JOIN rk_pre_calls() p ON p.stream = s.stream AND p.seq = s.seq
+    WHERE p.enter_ns BETWEEN (SELECT min(enter_c + clock_offset_ns) FROM suspects)
+                         AND (SELECT max(enter_c + clock_offset_ns) FROM suspects)
+),
 suspect_buckets AS MATERIALIZED (  -- each window once per 1 s bucket an overlapping interval can start in
     -- (raw clock): its own and the one before (an interval that began earlier is not looked for: the
     -- bound keeps the bucket join small, whatever the longest interval in the store)
     SELECT s.*, unnest(range((s.prev_c + s.clock_offset_ns) // 1000000000 - 1,
                              (s.enter_c + s.clock_offset_ns) // 1000000000 + 1)) AS bucket
-    FROM suspects s
+    FROM suspects s ANTI JOIN summarised m USING (inst_key, rank)
 ),
 presync AS (  -- time blocked in syncs, less the run-queue waits (behind another workload) that ended them
     SELECT s.cluster_id, s.inst_key, s.rank, s.suspect, s.sampled,
@@ -130,6 +147,9 @@ presync AS (  -- time blocked in syncs, less the run-queue waits (behind another
       ON h.thread_key = s.thread_key AND h.start_bucket = s.bucket
      AND h.end_ns - s.clock_offset_ns > s.prev_c AND h.start_ns - s.clock_offset_ns < s.enter_c
     GROUP BY ALL
+    UNION ALL BY NAME
+    SELECT s.cluster_id, s.inst_key, s.rank, s.suspect, s.sampled, m.presync_ns
+    FROM suspects s JOIN summarised m USING (inst_key, rank)
 ),
 excess AS (  -- against the lower quartile of the instance's ranks, so a whole node's slow GPUs stand out
     -- (meaningful where every rank was looked into: suspect or sampled instances)

@@ -96,12 +96,16 @@ members AS (  -- the late rank and up to 8 of its on-time peers at that instance
                                ORDER BY (r.rank = e.rank AND r.node_id = e.node_id) DESC, r.rank) <= 9
 ),
 windows AS MATERIALIZED (  -- from the end of each member's previous step (its stream's previous call;
-    -- the few members on the right, the side a hash join builds)
+    -- the few members on the right, the side a hash join builds), with the agent's summary of it if sent
     SELECT m.cluster_id, m.late_node, m.late_rank, m.step, m.node_id, m.rank, m.thread_key, m.is_late,
            coalesce(CASE WHEN p.complete_c IS DISTINCT FROM m.complete_c THEN p.complete_c ELSE p.return_c END,
                     m.enter_c - 500000000) AS w_start,
-           m.enter_c AS w_end, m.clock_offset_ns
+           m.enter_c AS w_end, m.clock_offset_ns, q.* EXCLUDE (stream, seq, enter_ns)
     FROM l p RIGHT JOIN members m ON p.stream = m.stream AND p.seq = m.seq - 1
+    LEFT JOIN (SELECT * FROM rk_pre_calls()
+               WHERE enter_ns BETWEEN (SELECT min(enter_c + clock_offset_ns) FROM members)
+                                  AND (SELECT max(enter_c + clock_offset_ns) FROM members)) q
+      ON q.stream = m.stream AND q.seq = m.seq
 ),
 window_buckets AS MATERIALIZED (  -- each window once per 1 s bucket an overlapping interval can start in
     -- (raw clock): its own and the one before (an interval that began earlier is not looked for: the
@@ -109,6 +113,7 @@ window_buckets AS MATERIALIZED (  -- each window once per 1 s bucket an overlapp
     SELECT w.*, unnest(range((w.w_start + w.clock_offset_ns) // 1000000000 - 1,
                              (w.w_end + w.clock_offset_ns) // 1000000000 + 1)) AS bucket
     FROM windows w
+    WHERE w.pre_window_ns IS NULL  -- summarised by its agent: nothing to look up
 ),
 spent AS (
     SELECT w.cluster_id, w.late_node, w.late_rank, w.step, w.node_id, w.rank, w.is_late, h.category,
@@ -119,20 +124,28 @@ spent AS (
     -- a constant bound the scan can skip row groups with: the windows are the latest episodes'
     WHERE h.start_bucket BETWEEN (SELECT min(bucket) FROM window_buckets) AND (SELECT max(bucket) FROM window_buckets)
 ),
+from_intervals AS (  -- the windows no agent summarised, from the raw intervals
+    SELECT cluster_id, late_node, late_rank, step, node_id, rank,
+           sum(ns) FILTER (WHERE category = 'allocator') AS allocator_ns,
+           sum(ns) FILTER (WHERE category = 'slow_gpu') AS slow_gpu_ns,
+           sum(ns) FILTER (WHERE category = 'memcpy') AS memcpy_ns,
+           sum(ns) FILTER (WHERE category = 'cpu_contention') AS cpu_contention_ns,
+           sum(ns) FILTER (WHERE category = 'sleeping') AS sleeping_ns
+    FROM spent GROUP BY ALL
+),
 w AS MATERIALIZED (
     SELECT *, greatest(window_ns - allocator_ns - slow_gpu_ns - memcpy_ns - cpu_contention_ns - sleeping_ns, 0)
                   AS host_compute_ns
     FROM (
         SELECT w.cluster_id, w.late_node, w.late_rank, w.step, w.node_id, w.rank, w.is_late,
-               w.w_end - w.w_start AS window_ns,
-               coalesce(sum(s.ns) FILTER (WHERE s.category = 'allocator'), 0) AS allocator_ns,
-               coalesce(sum(s.ns) FILTER (WHERE s.category = 'slow_gpu'), 0) AS slow_gpu_ns,
-               coalesce(sum(s.ns) FILTER (WHERE s.category = 'memcpy'), 0) AS memcpy_ns,
-               coalesce(sum(s.ns) FILTER (WHERE s.category = 'cpu_contention'), 0) AS cpu_contention_ns,
-               coalesce(sum(s.ns) FILTER (WHERE s.category = 'sleeping'), 0) AS sleeping_ns
+               coalesce(w.pre_window_ns, w.w_end - w.w_start) AS window_ns,
+               coalesce(w.pre_allocator_ns, s.allocator_ns, 0) AS allocator_ns,
+               coalesce(w.pre_slow_gpu_ns, s.slow_gpu_ns, 0) AS slow_gpu_ns,
+               coalesce(w.pre_memcpy_ns, s.memcpy_ns, 0) AS memcpy_ns,
+               coalesce(w.pre_cpu_contention_ns, s.cpu_contention_ns, 0) AS cpu_contention_ns,
+               coalesce(w.pre_sleeping_ns, s.sleeping_ns, 0) AS sleeping_ns
         FROM windows w
-        LEFT JOIN spent s USING (cluster_id, late_node, late_rank, step, node_id, rank)
-        GROUP BY w.cluster_id, w.late_node, w.late_rank, w.step, w.node_id, w.rank, w.is_late, w.w_start, w.w_end
+        LEFT JOIN from_intervals s USING (cluster_id, late_node, late_rank, step, node_id, rank)
     )
 ),
 mine AS (SELECT * FROM w WHERE is_late),

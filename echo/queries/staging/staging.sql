@@ -3,11 +3,16 @@
 -- (the writer registers them), or all of `events` when migration 002 backfills an older store.
 -- Attributes are read once per row with a list of JSON paths; a malformed value becomes NULL.
 
+-- name: rk_ms_to_ns
+-- A millisecond attribute (text, as json_extract_string returns it) as integer ns; malformed = NULL.
+CREATE OR REPLACE TEMP MACRO rk_ms_to_ns(ms) AS (CAST(round(TRY_CAST(ms AS DOUBLE) * 1e6) AS BIGINT));
+
 -- name: stage_collectives
--- One row per rankecho.nccl.collective point (collectives and send/recv), with the integer keys the
+-- One row per rankecho.nccl.collective point (collectives and send/recv), with its pre-call window's
+-- breakdown when the agent summarised it (pre_*: ms attributes as ns), and the integer keys the
 -- analysis joins on: its stream (one process's calls on one communicator as one agent run numbered
 -- them) and, when the agent saw the communicator created, its instance.
-INSERT INTO collectives
+INSERT INTO collectives BY NAME
 SELECT *,
        hash(cluster_id, node_id, pid, process_start_ns, CASE WHEN seq_aligned THEN '' ELSE agent_instance END,
             comm_id) AS stream_key,
@@ -31,7 +36,15 @@ SELECT event_id, cluster_id, node_id, rank, nranks,
        coalesce(TRY_CAST(a[13] AS BIGINT), timestamp_ns) AS enter_ns,
        TRY_CAST(a[14] AS BIGINT) AS return_ns,
        TRY_CAST(a[15] AS BIGINT) AS complete_ns,
-       causal_chain_id
+       causal_chain_id,
+       rk_ms_to_ns(a[16]) AS pre_window_ns,
+       CASE WHEN a[16] IS NOT NULL THEN coalesce(rk_ms_to_ns(a[17]), 0) END AS pre_allocator_ns,
+       CASE WHEN a[16] IS NOT NULL THEN coalesce(rk_ms_to_ns(a[18]), 0) END AS pre_slow_gpu_ns,
+       CASE WHEN a[16] IS NOT NULL THEN coalesce(rk_ms_to_ns(a[19]), 0) END AS pre_memcpy_ns,
+       CASE WHEN a[16] IS NOT NULL THEN coalesce(rk_ms_to_ns(a[20]), 0) END AS pre_cpu_contention_ns,
+       CASE WHEN a[16] IS NOT NULL THEN coalesce(rk_ms_to_ns(a[21]), 0) END AS pre_sleeping_ns,
+       rk_ms_to_ns(a[22]) AS pre_presync_ns,
+       TRY_CAST(a[23] AS BIGINT) AS launches
 FROM (
     SELECT *,
            json_extract_string(attrs_json, [
@@ -39,7 +52,10 @@ FROM (
                '$."thread.id"', '$."rankecho.nccl.op"', '$."rankecho.nccl.comm_id"',
                '$."rankecho.nccl.seq"', '$."rankecho.nccl.seq_aligned"', '$."rankecho.nccl.comm_rank"',
                '$."rankecho.nccl.comm_nranks"', '$."rankecho.bytes"', '$."rankecho.nccl.in_group"',
-               '$."rankecho.enter_ns"', '$."rankecho.return_ns"', '$."rankecho.complete_ns"'
+               '$."rankecho.enter_ns"', '$."rankecho.return_ns"', '$."rankecho.complete_ns"',
+               '$."rankecho.pre.window_ms"', '$."rankecho.pre.allocator_ms"', '$."rankecho.pre.slow_gpu_ms"',
+               '$."rankecho.pre.memcpy_ms"', '$."rankecho.pre.cpu_contention_ms"',
+               '$."rankecho.pre.sleeping_ms"', '$."rankecho.pre.presync_ms"', '$."rankecho.cuda.launches"'
            ]) AS a
     FROM staged
     WHERE metric_name = 'rankecho.nccl.collective'
