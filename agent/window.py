@@ -183,7 +183,9 @@ class WindowKeeper:
         """An off-CPU interval; a sleep that then waited in the run queue behind other work is two."""
         runq = min(max(runq_ns, 0), end_ns - start_ns) if sleeping and preempted_by == "other" else 0
         category = classify_offcpu(sleeping, preempted_by, call_in_flight)
-        self._add(pid, tid, "offcpu", start_ns, end_ns - runq, category, 0, ship)
+        # usual lengths apart per state and call in flight: a sleep inside a sync is not a data-loader wait
+        kind = f"offcpu:{'sleeping' if sleeping else 'preempted'}:{call_in_flight}"
+        self._add(pid, tid, kind, start_ns, end_ns - runq, category, 0, ship)
         if runq > 0:
             window = self.thread(pid, tid)
             in_call = call_in_flight in IN_CALL

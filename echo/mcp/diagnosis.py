@@ -145,10 +145,17 @@ class Diagnosis:
         before_ns = int(before_ms * 1e6)
         peers = [r for r in ranks if not r["is_target"] and not _late(r)][:MAX_PEERS]
         windows = [_window(r, before_ns) for r in [target, *peers]]
-        breakdown, _ = self._inv.records(self._inv.run_named("explain_breakdown", windows=windows))
-        by_thread = {(b["node_id"], b["pid"], b["tid"]): b for b in breakdown}
-        mine = _categories(by_thread.get((target["node_id"], target["pid"], target["tid"])))
-        peer_rows = [_categories(by_thread.get((p["node_id"], p["pid"], p["tid"]))) for p in peers]
+        # The agents' own summaries of each rank's pre-call window when every rank compared has one;
+        # else the raw intervals in the last before_ms (older agents, or a mix).
+        summarised = all(r["window_ms"] is not None for r in [target, *peers])
+        if summarised:
+            mine = _categories(target)
+            peer_rows = [_categories(p) for p in peers]
+        else:
+            breakdown, _ = self._inv.records(self._inv.run_named("explain_breakdown", windows=windows))
+            by_thread = {(b["node_id"], b["pid"], b["tid"]): b for b in breakdown}
+            mine = _categories(by_thread.get((target["node_id"], target["pid"], target["tid"])))
+            peer_rows = [_categories(by_thread.get((p["node_id"], p["pid"], p["tid"]))) for p in peers]
         peer_median = {c: _median([p[c] for p in peer_rows]) for c in CATEGORIES}
         judged = self._inv.run_named("explain_excess", mine=mine, peers=peer_median if peers else None)
         verdict = judged.rows[0]
@@ -181,12 +188,16 @@ class Diagnosis:
             "threshold_ms": _round(target["threshold_ms"]),
             "delay_ms": _round(target["delay_ms"]),
             "before_ms": before_ms,
+            "breakdown_source": "agent" if summarised else "intervals",
+            "window_ms": _round(target["window_ms"]) if summarised else before_ms,
             "breakdown_ms": mine,
             "peers_median_ms": peer_median,
             "excess_ms": excess,
             "cause": top if late_ms >= (target["threshold_ms"] or 0) else None,
             "explanation": _explain(
-                node_id, rank, late_ms, target, top, excess, mine, peer_median, before_ms
+                node_id, rank, late_ms, target, top, excess, mine, peer_median,
+                f"{target['window_ms']:.0f} ms since its previous call" if summarised
+                else f"{before_ms:.0f} ms before the call",
             ),
             "next_step": next_step(top, "rank", node_id, rank) if late_ms >= (target["threshold_ms"] or 0)
             else None,
@@ -328,13 +339,13 @@ def _summary(s: dict[str, Any], cluster: dict[str, Any]) -> str:
 
 def _explain(
     node_id: str, rank: int, late_ms: float, target: dict[str, Any], top: str, excess: dict[str, float],
-    mine: dict[str, float], peers: dict[str, float | None], before_ms: float,
+    mine: dict[str, float], peers: dict[str, float | None], window: str,
 ) -> str:  # fmt: skip
     if late_ms < (target["threshold_ms"] or 0):
         return (f"rank {rank} on {node_id} was not late at this call ({late_ms:.1f} ms, threshold "
                 f"{target['threshold_ms']:.1f} ms)")  # fmt: skip
     return (
-        f"rank {rank} on {node_id} was {late_ms:.1f} ms late; in the {before_ms:.0f} ms before the call it "
+        f"rank {rank} on {node_id} was {late_ms:.1f} ms late; in the {window} it "
         f"spent "
         f"{mine[top]:.1f} ms {CAUSE_TEXT[top]} against its peers' median {peers[top] or 0:.1f} ms "
         f"(+{excess[top]:.1f} ms)"

@@ -42,7 +42,8 @@ LIMIT 1;
 -- name: explain_arrival
 -- The collective instance ($node_id, $rank) called nearest $at_ns (its node's clock), or the one whose
 -- realigned id is $chain: every rank's arrival at it on the reference clock, with lateness, the GPU
--- rule's verdict and which row is the rank asked about (is_target).
+-- rule's verdict and which row is the rank asked about (is_target); with each rank's pre-call window as
+-- its agent summarised it (window_ms and ms per class; NULL when the agent sent raw intervals instead).
 WITH l AS MATERIALIZED (SELECT * FROM rk_lateness($start_ns, $end_ns, $cluster_id)),
 target AS (
     SELECT cluster_id, comm_key, seq_g
@@ -56,8 +57,15 @@ SELECT l.cluster_id, l.node_id, l.rank, l.pid, l.tid, l.comm_key || ':' || l.seq
        l.step, l.n, l.enter_c, l.clock_offset_ns,
        l.host_late_ns / 1e6 AS host_late_ms, l.gpu_late_ns / 1e6 AS gpu_late_ms, l.delay_ns / 1e6 AS delay_ms,
        l.threshold_ns / 1e6 AS threshold_ms, l.presync_ns / 1e6 AS presync_ms,
-       (l.node_id = $node_id AND l.rank = $rank) AS is_target
+       (l.node_id = $node_id AND l.rank = $rank) AS is_target,
+       p.pre_window_ns / 1e6 AS window_ms, p.pre_allocator_ns / 1e6 AS allocator_ms,
+       p.pre_slow_gpu_ns / 1e6 AS slow_gpu_ms, p.pre_memcpy_ns / 1e6 AS memcpy_ms,
+       p.pre_cpu_contention_ns / 1e6 AS cpu_contention_ms, p.pre_sleeping_ns / 1e6 AS sleeping_ms,
+       greatest(p.pre_window_ns - p.pre_allocator_ns - p.pre_slow_gpu_ns - p.pre_memcpy_ns
+                - p.pre_cpu_contention_ns - p.pre_sleeping_ns, 0) / 1e6 AS host_compute_ms
 FROM l JOIN target t USING (cluster_id, comm_key, seq_g)
+LEFT JOIN rk_pre_calls() p ON p.stream = l.stream AND p.seq = l.seq
+ AND p.enter_ns BETWEEN coalesce($start_ns, 0) - 5000000000 AND coalesce($end_ns, 9e18::BIGINT) + 5000000000
 ORDER BY l.enter_c;
 
 -- name: explain_timeline
