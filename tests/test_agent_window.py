@@ -76,6 +76,7 @@ def test_the_agents_breakdown_equals_what_echo_computes_from_the_same_raw_interv
     resource = {c.CLUSTER_NAME: "cw", c.NODE_NAME: "node-w", **rank.t.resources[(PID, 11)]}
     grpc_export(echo_inproc.grpc_address, metrics_request(resource, rank.points), TEST_TOKEN)
     got = row_dicts(echo_inproc, """
+        WITH c AS (SELECT *, enter_ns - pre_window_ns AS w_start FROM collectives)
         SELECT c.seq, c.pre_window_ns AS window_ns, c.pre_presync_ns AS presync_ns,
                {'allocator': c.pre_allocator_ns, 'slow_gpu': c.pre_slow_gpu_ns, 'memcpy': c.pre_memcpy_ns,
                 'cpu_contention': c.pre_cpu_contention_ns, 'sleeping': c.pre_sleeping_ns} AS agent,
@@ -84,19 +85,18 @@ def test_the_agents_breakdown_equals_what_echo_computes_from_the_same_raw_interv
                         'memcpy': coalesce(sum(ns) FILTER (WHERE category = 'memcpy'), 0),
                         'cpu_contention': coalesce(sum(ns) FILTER (WHERE category = 'cpu_contention'), 0),
                         'sleeping': coalesce(sum(ns) FILTER (WHERE category = 'sleeping'), 0)}
-                FROM (SELECT category, least(h.end_ns, c.enter_ns) - greatest(h.start_ns, c.enter_ns - c.pre_window_ns)
-                             AS ns
+                FROM (SELECT category, least(h.end_ns, c.enter_ns) - greatest(h.start_ns, c.w_start) AS ns
                       FROM host_activity h
-                      WHERE h.thread_key = c.thread_key AND h.end_ns > c.enter_ns - c.pre_window_ns
+                      WHERE h.thread_key = c.thread_key AND h.end_ns > c.w_start
                         AND h.start_ns < c.enter_ns)) AS echo,
-               (SELECT coalesce(sum((least(h.end_ns, c.enter_ns) - greatest(h.start_ns, c.enter_ns - c.pre_window_ns))
+               (SELECT coalesce(sum((least(h.end_ns, c.enter_ns) - greatest(h.start_ns, c.w_start))
                                     * CASE WHEN h.kind = 'sync' THEN 1 ELSE -1 END), 0)
                 FROM host_activity h
-                WHERE h.thread_key = c.thread_key AND h.end_ns > c.enter_ns - c.pre_window_ns
+                WHERE h.thread_key = c.thread_key AND h.end_ns > c.w_start
                   AND h.start_ns < c.enter_ns
                   AND (h.kind = 'sync' OR (h.kind = 'runq' AND h.cuda_call = 'cudaStreamSynchronize')))
                    AS echo_presync
-        FROM collectives c ORDER BY c.seq""")  # fmt: skip
+        FROM c ORDER BY c.seq""")  # fmt: skip
     assert [r["seq"] for r in got] == list(range(8))
     for r in got:
         assert r["agent"] == r["echo"], r

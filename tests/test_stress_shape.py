@@ -34,7 +34,8 @@ from rankecho.sim.scenario import load_scenario
 
 SEED = Path(__file__).resolve().parents[1] / "sim" / "scenarios" / "diagnosis" / "seed-rank5.yaml"
 REAL_STEPS = 20
-TOTAL_TOLERANCE = 0.10
+TOTAL_TOLERANCE = 0.15
+"""Of ~5 events per rank-step 4 are collectives; the rest is evidence (a loaded machine makes more)."""
 EVIDENCE = {c.M_CUDA_SYNC, c.M_CUDA_MEMCPY, c.M_CUDA_MALLOC, c.M_CUDA_FREE, c.M_OFFCPU}
 PRE_CLASSES = {f"{c.PRE_PREFIX}{name}_ms" for name in c.PRE_CLASSES}
 METRIC_TOLERANCE = 0.25
