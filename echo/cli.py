@@ -10,7 +10,12 @@ import argparse
 from typing import Any
 
 from rankecho.echo.mcp import cli as mcp_cli
-from rankecho.echo.settings import ANALYSIS_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT, QUERY_MEMORY_LIMIT
+from rankecho.echo.settings import (
+    ANALYSIS_MEMORY_LIMIT,
+    DEFAULT_MEMORY_LIMIT,
+    DEFAULT_ROLLUP_RETENTION,
+    QUERY_MEMORY_LIMIT,
+)
 from rankecho.helpfmt import DeprecatedAlias, examples
 from rankecho.shared.clientflags import MCP_TOKEN_ENV, TOKEN_ENV
 
@@ -143,6 +148,24 @@ def add_serve(subparsers: Any) -> None:
         default=2,
         metavar="N",
         help="run_analysis queries that run at once, each in its own worker process",
+    )
+    p.add_argument(
+        "--retention",
+        metavar="DURATION",
+        help="delete raw rows older than this (e.g. 7d, 12h, 30m; default: off, keep everything); "
+        "collectives are rolled up per minute first",
+    )
+    p.add_argument(
+        "--max-db-size",
+        metavar="SIZE",
+        help="most space the store may use (e.g. 200GB, 500MB; default: off): past it the oldest raw rows "
+        "are deleted first",
+    )
+    p.add_argument(
+        "--rollup-retention",
+        default=DEFAULT_ROLLUP_RETENTION,
+        metavar="DURATION",
+        help=f"keep the per-minute collective rollups this long (default {DEFAULT_ROLLUP_RETENTION})",
     )
     p.set_defaults(handler=_serve)
 

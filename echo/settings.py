@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+_T = TypeVar("_T")
 TOKEN_ENV = "RANKECHO_TOKEN"
 MCP_TOKEN_ENV = "RANKECHO_MCP_TOKEN"
 GPU_RATES_ENV = "RANKECHO_GPU_RATES"
@@ -25,6 +26,14 @@ ANALYSIS_MEMORY_LIMIT = "1GB"
 """For the offline readers (``rankecho query``, ``rankecho mcp``), which run beside other work."""
 MIN_MEMORY_BYTES = 64 * 1024 * 1024
 _MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|h|d|w)", re.IGNORECASE)
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+DEFAULT_ROLLUP_RETENTION = "90d"
+"""Per-minute collective rollups outlive the raw rows by this much (``--rollup-retention``)."""
+MIN_RETENTION_S = 60.0
+"""A raw retention shorter than a minute would delete data the analysis is still reading."""
+MIN_DB_BYTES = 64 * 1024 * 1024
+"""``--max-db-size`` below this leaves no room for the indexes and one checkpoint of new rows."""
 _UNITS = {
     "kb": 10**3,
     "mb": 10**6,
@@ -114,6 +123,13 @@ class Settings:
     create_dirs: bool = False
     """Create a missing directory for ``db_path`` (``--create-dirs``); off, a missing one is refused, so a
     mistyped ``--db`` is an error instead of a new, empty store somewhere unexpected."""
+    retention_s: float | None = None
+    """Raw rows (``events``, ``collectives``, ``host_activity``) older than this many seconds before Echo's
+    clock are deleted (``--retention``); None keeps everything."""
+    max_db_bytes: int | None = None
+    """Most bytes the store may use (``--max-db-size``): past it the oldest raw rows go first; None: no cap."""
+    rollup_retention_s: float = 90 * 86_400.0
+    """Per-minute collective rollups older than this many seconds are deleted (``--rollup-retention``)."""
 
     def __post_init__(self) -> None:
         if self.token is None and not self.insecure_no_auth:
@@ -141,6 +157,17 @@ class Settings:
         memory_limit_bytes(self.analysis_memory_limit, "--analysis-memory-limit")
         if self.analysis_workers < 1:
             raise SettingsError("--analysis-workers must be at least 1")
+        if self.retention_s is not None and self.retention_s < MIN_RETENTION_S:
+            raise SettingsError(f"--retention must be at least {MIN_RETENTION_S:g}s (e.g. 7d, 12h, 30m)")
+        if self.max_db_bytes is not None and self.max_db_bytes < MIN_DB_BYTES:
+            raise SettingsError("--max-db-size must be at least 64MiB (e.g. 200GB, 500MB)")
+        if self.rollup_retention_s < MIN_RETENTION_S:
+            raise SettingsError(f"--rollup-retention must be at least {MIN_RETENTION_S:g}s (e.g. 90d)")
+
+    @property
+    def retention_on(self) -> bool:
+        """Whether the writer runs retention passes at all (a raw age or a size cap is set)."""
+        return self.retention_s is not None or self.max_db_bytes is not None
 
     @property
     def mcp_bearer(self) -> str | None:
@@ -172,6 +199,25 @@ def memory_limit_bytes(text: str, flag: str) -> int:
     if size < MIN_MEMORY_BYTES:
         raise SettingsError(f"{flag} {text!r} is too small for DuckDB: give at least 64MiB")
     return size
+
+
+def duration_seconds(text: str, flag: str) -> float:
+    """Seconds in a duration such as ``7d``, ``12h``, ``30m``, ``90s`` or ``2w``; :class:`SettingsError`
+    names ``flag`` and the accepted form when the text is not one."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None or float(match.group(1)) <= 0:
+        raise SettingsError(
+            f"{flag} {text!r} is not a duration: use a number and one of s, m, h, d, w, e.g. 7d, 12h or 30m"
+        )
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
+
+
+def size_bytes(text: str, flag: str) -> int:
+    """Bytes in a size such as ``200GB`` or ``500MiB`` (decimal and binary units, as for memory)."""
+    match = _MEMORY.fullmatch(text.strip())
+    if match is None:
+        raise SettingsError(f"{flag} {text!r} is not a size: use a number and a unit, e.g. 200GB or 500MB")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
 def read_token(
@@ -214,4 +260,16 @@ def settings_from_args(args: Any, env: Mapping[str, str] = os.environ) -> Settin
         mcp_token=read_token(args.mcp_token_file, env, MCP_TOKEN_ENV, "--mcp-token-file"),
         gpu_rates=gpu_rates_path(args.gpu_rates, env),
         create_dirs=getattr(args, "create_dirs", False),
+        retention_s=_optional(getattr(args, "retention", None), duration_seconds, "--retention"),
+        max_db_bytes=_optional(getattr(args, "max_db_size", None), size_bytes, "--max-db-size"),
+        rollup_retention_s=duration_seconds(
+            getattr(args, "rollup_retention", None) or DEFAULT_ROLLUP_RETENTION, "--rollup-retention"
+        ),
     )
+
+
+def _optional(text: str | None, parse: Callable[[str, str], _T], flag: str) -> _T | None:
+    """``parse(text, flag)``, or None when the flag was not given (or given as ``off``)."""
+    if text is None or text.strip().lower() in ("", "off"):
+        return None
+    return parse(text, flag)
