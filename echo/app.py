@@ -39,6 +39,7 @@ from rankecho.echo.store.location import StorePathError, check_store_path
 from rankecho.echo.store.lock import StoreLock, StoreLockedError, lock_path
 from rankecho.echo.store.migrate import migrate
 from rankecho.echo.store.reader import Reader
+from rankecho.echo.store.retention import RetentionPolicy
 from rankecho.echo.store.snapshot import Snapshots
 from rankecho.echo.store.writer import Writer
 
@@ -145,6 +146,7 @@ class Echo:
             self._lock.cover()  # a store created just now: lock its inode too (hard links)
             writer = Writer(con.cursor(), self.stats, s.queue_rows, s.batch_rows, s.retry_after_s,
                             self._lock.real_path, s.checkpoint_every_s)  # fmt: skip
+            writer.use_retention(RetentionPolicy.from_settings(s))  # passes run only when a limit is set
             writer.checkpoint()  # a WAL replayed at this start is not replayed again at the next
             self.stats.queue_rows = lambda: writer.queued_rows
             self._run = run = _Running(con, writer)

@@ -127,9 +127,11 @@ class Settings:
     """Raw rows (``events``, ``collectives``, ``host_activity``) older than this many seconds before Echo's
     clock are deleted (``--retention``); None keeps everything."""
     max_db_bytes: int | None = None
-    """Most bytes the store may use (``--max-db-size``): past it the oldest raw rows go first; None: no cap."""
+    """Most bytes the store may use (``--max-db-size``): past it oldest raw rows go first; None: no limit."""
     rollup_retention_s: float = 90 * 86_400.0
     """Per-minute collective rollups older than this many seconds are deleted (``--rollup-retention``)."""
+    retention_every_s: float = 60.0
+    """A retention pass starts this long after the last one ended (when ``retention_on``)."""
 
     def __post_init__(self) -> None:
         if self.token is None and not self.insecure_no_auth:
@@ -162,7 +164,7 @@ class Settings:
         if self.max_db_bytes is not None and self.max_db_bytes < MIN_DB_BYTES:
             raise SettingsError("--max-db-size must be at least 64MiB (e.g. 200GB, 500MB)")
         if self.rollup_retention_s < MIN_RETENTION_S:
-            raise SettingsError(f"--rollup-retention must be at least {MIN_RETENTION_S:g}s (e.g. 90d)")
+            raise SettingsError(f"--rollup-retention must be at least {MIN_RETENTION_S:g}s, e.g. 90d")
 
     @property
     def retention_on(self) -> bool:

@@ -24,6 +24,7 @@ from guard_corpus.corpus import build_store
 from rankecho.echo.app import Echo
 from rankecho.echo.guard import Refused
 from rankecho.echo.sandbox import Sandbox, SandboxLimits
+from rankecho.echo.store.migrate import available
 from rankecho.echo.store.reader import QueryBusyError, QueryError, QueryResourceError, QueryTimeoutError
 from rankecho.echo.store.snapshot import Snapshots
 
@@ -157,7 +158,8 @@ def test_echo_workers_read_a_snapshot_that_follows_ingest(tmp_path: Path) -> Non
         newest = max(copies, key=lambda p: int(p.stem.split("-")[1]))  # what the last query read: pruned
         with duckdb.connect(str(newest), read_only=True) as con:
             tables = con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()
-        assert tables == [("collectives",), ("events",), ("host_activity",)]
+        assert tables == [("collective_rollup",), ("collectives",), ("events",), ("host_activity",),
+                          ("retention_state",)]  # fmt: skip
     assert not (tmp_path / "echo.db.analysis").exists()
 
 
@@ -239,7 +241,8 @@ def unguarded(store: Path) -> Iterator[Sandbox]:
 
 def test_the_workers_catalog_holds_only_the_allowed_relations(unguarded: Sandbox, store: Path) -> None:
     tables = unguarded.query("SELECT database_name, schema_name, table_name FROM duckdb_tables() ORDER BY 3")
-    assert tables.rows == [("store", "main", name) for name in ("collectives", "events", "host_activity")]
+    allowed = ("collective_rollup", "collectives", "events", "host_activity", "retention_state")
+    assert tables.rows == [("store", "main", name) for name in allowed]
     databases = unguarded.query("SELECT database_name FROM duckdb_databases() WHERE NOT internal ORDER BY 1")
     assert databases.rows == [("memory",), ("store",)]
     for objects in (
@@ -251,7 +254,7 @@ def test_the_workers_catalog_holds_only_the_allowed_relations(unguarded: Sandbox
         assert unguarded.query(f"SELECT count(*) FROM {objects}").rows == [(0,)], objects
     assert unguarded.query("SELECT count(*) FROM events").rows == [(4000,)]
     with duckdb.connect(str(store), read_only=True) as con:  # the caller's file is never changed
-        assert con.execute("SELECT count(*) FROM schema_version").fetchone() == (2,)
+        assert con.execute("SELECT count(*) FROM schema_version").fetchone() == (len(available()),)
     assert sorted(p.name for p in store.parent.iterdir()) == [store.name]
 
 

@@ -1,7 +1,7 @@
 """Named SQL (aiosql-style ``-- name: x`` blocks in ``*.sql`` files), the one loader for all of it.
 
 The comment lines right under a name are that statement's docstring. Tools call queries by name and bind
-``$name`` parameters; none of them builds SQL text. Four folders, four roles:
+``$name`` parameters; none of them builds SQL text. Five folders, five roles:
 
 - ``echo/queries/*.sql`` (:data:`QUERIES`): read queries the tools, the CLI and the tests run;
 - ``echo/queries/layers/*.sql`` (:data:`LAYERS`): the straggler analysis as layered DuckDB table macros
@@ -9,6 +9,7 @@ The comment lines right under a name are that statement's docstring. Tools call 
   :class:`rankecho.echo.store.reader.Reader`) and called by the read queries, or by an analyst, like tables;
 - ``echo/queries/staging/*.sql`` (:data:`STAGING`): the writer's copies of agent events into the typed
   analysis tables;
+- ``echo/queries/retention/*.sql`` (:data:`RETENTION`): the writer's rollups and deletions of old rows;
 - ``echo/queries/fanin/*.sql`` (:data:`FANIN`): the fan-in proof's queries (``rankecho stress``, tests,
   demo), four of which agents get as examples.
 
@@ -88,3 +89,6 @@ SEED_EXAMPLES = ("per_node_events", "chains", "stragglers", "health_quantiles")
 def seed_examples() -> list[NamedQuery]:
     """The fan-in proof's four queries, verbatim, with their docstrings."""
     return [FANIN[name] for name in SEED_EXAMPLES]
+RETENTION: Mapping[str, NamedQuery] = load_dir(HERE / "retention")
+"""The writer's retention statements (roll up, delete below a cutoff, measure), run by
+:mod:`rankecho.echo.store.retention` on the writer thread; not read queries, so not in :data:`QUERIES`."""

@@ -28,11 +28,12 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
@@ -48,6 +49,9 @@ from rankecho.echo.store.condition import (
     store_caused,
 )
 from rankecho.echo.store.staging import STAGED, stage
+
+if TYPE_CHECKING:
+    from rankecho.echo.store.retention import PassReport, Retention, RetentionPolicy
 
 log = logging.getLogger(__name__)
 PROBE_EVERY_S = 1.0
@@ -139,6 +143,8 @@ class Writer:
         self._busy = False
         self.failed: BaseException | None = None
         """Set when DuckDB reported a fatal error: nothing more can be committed until a restart."""
+        self.retention: Retention | None = None
+        """Set by :meth:`use_retention`: its steps run between commits."""
         self._thread = threading.Thread(target=self._run, name="echo-writer", daemon=True)
 
     @property
@@ -205,18 +211,16 @@ class Writer:
         with self._cond:
             self._busy = False
             self._cond.notify_all()
-            while not self._queue or (self._held and not self._closing):
+            while True:
                 if self._closing and not self._queue:
                     return None
+                if not self._held and not self._closing and self._retention_due():
+                    self._unlocked(self._retention_step)  # one bounded step between commits
+                    continue
+                if self._queue and (not self._held or self._closing):
+                    break
                 if not self._held and self._idle_work_due():
-                    self._busy = True  # a hold() waits for it, like for a commit
-                    self._cond.release()  # no lock held while DuckDB or the disk works
-                    try:
-                        self._idle_work()
-                    finally:
-                        self._cond.acquire()
-                        self._busy = False
-                        self._cond.notify_all()
+                    self._unlocked(self._idle_work)
                     continue
                 self._cond.wait(timeout=PROBE_EVERY_S)
             self._busy = True
@@ -229,9 +233,54 @@ class Writer:
             self._queued_rows -= rows
             return taken
 
+    def _unlocked(self, work: Callable[[], None]) -> None:
+        """Run ``work`` with the queue's lock released (DuckDB and the disk are slow) but marked busy, so
+        a :meth:`hold` waits for it as for a commit. Called with the lock held."""
+        self._busy = True
+        self._cond.release()
+        try:
+            work()
+        finally:
+            self._cond.acquire()
+            self._busy = False
+            self._cond.notify_all()
+
     def _run(self) -> None:
         while (taken := self._take()) is not None:
             self._commit_all(taken)
+
+    def use_retention(self, policy: RetentionPolicy, clock_ns: Callable[[], int] = time.time_ns) -> Retention:
+        """Run retention passes on this writer's thread and connection, one step between commits (before
+        :meth:`start`); records the policy in ``retention_state``."""
+        from rankecho.echo.store.retention import Retention  # retention imports this module
+
+        self.retention = Retention(self._con, policy, self._db_path, self.checkpoint, clock_ns)
+        self.retention.record_settings()
+        return self.retention
+
+    def retention_pass(self) -> Future[PassReport]:
+        """Ask for a retention pass that starts after this call; the future yields its report."""
+        if self.retention is None:
+            raise RuntimeError("retention is off: call use_retention() first")
+        future = self.retention.request()
+        with self._cond:
+            self._cond.notify_all()
+        return future
+
+    def _retention_due(self) -> bool:
+        if self.retention is None or self.failed is not None or self.condition.reason is not None:
+            return False
+        return self.retention.due()
+
+    def _retention_step(self) -> None:
+        assert self.retention is not None
+        try:
+            self.retention.step()
+        except Exception as exc:
+            log.error("retention pass failed, retried at the next one: %s (fix: %s)", cause_of(exc),
+                      fix_for(cause_of(exc)))  # fmt: skip
+            if isinstance(exc, duckdb.FatalException):
+                self.failed = exc
 
     def _idle_work_due(self) -> bool:
         now = time.monotonic()

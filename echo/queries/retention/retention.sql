@@ -1,0 +1,76 @@
+-- The writer's retention statements (echo/store/retention.py), run on the writer thread inside its own
+-- transactions: roll collectives up, then delete raw rows below a cutoff, oldest first, in chunks.
+-- Each table is cut on its own time column: events.timestamp_ns, collectives.enter_ns,
+-- host_activity.start_ns.
+
+-- name: typed_oldest
+-- The oldest time still stored below $cutoff_ns in the typed copies (NULL: nothing to delete there).
+SELECT least((SELECT min(enter_ns) FROM collectives WHERE enter_ns < $cutoff_ns),
+             (SELECT min(start_ns) FROM host_activity WHERE start_ns < $cutoff_ns)) AS oldest_ns;
+
+-- name: events_oldest
+-- The oldest event time still stored below $cutoff_ns (NULL: nothing to delete in events).
+SELECT min(timestamp_ns) AS oldest_ns FROM events WHERE timestamp_ns < $cutoff_ns;
+
+-- name: raw_range
+-- The oldest and newest event times in `events` (both NULL when it is empty).
+SELECT min(timestamp_ns) AS oldest_ns, max(timestamp_ns) AS newest_ns FROM events;
+
+-- name: rollup_collectives
+-- One partial-aggregate row per (cluster, node, rank, communicator, minute of enter_ns) over every raw
+-- collective below $cutoff_ns; the same transaction then deletes them (delete_collectives).
+INSERT INTO collective_rollup
+SELECT cluster_id,
+       node_id,
+       rank,
+       comm_id,
+       (enter_ns // 60000000000) * 60000000000 AS minute_ns,
+       count(*) AS calls,
+       count(complete_ns) AS completed,
+       sum(complete_ns - enter_ns) AS wait_sum_ns,
+       max(complete_ns - enter_ns) AS wait_max_ns,
+       sum(bytes) AS bytes_sum,
+       min(enter_ns) AS first_enter_ns,
+       max(enter_ns) AS last_enter_ns,
+       min(seq) AS min_seq,
+       max(seq) AS max_seq,
+       $now_ns AS rolled_ns
+FROM collectives
+WHERE enter_ns < $cutoff_ns
+GROUP BY cluster_id, node_id, rank, comm_id, minute_ns;
+
+-- name: delete_collectives
+DELETE FROM collectives WHERE enter_ns < $cutoff_ns;
+
+-- name: delete_host_activity
+DELETE FROM host_activity WHERE start_ns < $cutoff_ns;
+
+-- name: delete_events
+DELETE FROM events WHERE timestamp_ns < $cutoff_ns;
+
+-- name: delete_rollups
+DELETE FROM collective_rollup WHERE minute_ns < $cutoff_ns;
+
+-- name: used_bytes
+-- Bytes the store's blocks in use take (free blocks inside the file, reused by new rows, not counted).
+SELECT used_blocks * block_size AS used_bytes, total_blocks * block_size AS file_bytes
+FROM pragma_database_size()
+WHERE database_name = current_database();
+
+-- name: record_settings
+UPDATE retention_state
+SET retention_s = $retention_s, max_db_bytes = $max_db_bytes, rollup_retention_s = $rollup_retention_s
+WHERE id = 1;
+
+-- name: record_pass
+UPDATE retention_state
+SET raw_cutoff_ns = greatest(coalesce(raw_cutoff_ns, $raw_cutoff_ns), $raw_cutoff_ns),
+    rollup_cutoff_ns = greatest(coalesce(rollup_cutoff_ns, $rollup_cutoff_ns), $rollup_cutoff_ns),
+    last_run_ns = $now_ns,
+    last_run_s = $seconds,
+    last_rows_deleted = $rows_deleted,
+    last_bytes_freed = $bytes_freed,
+    used_bytes = $used_bytes,
+    raw_rows_deleted = raw_rows_deleted + $rows_deleted,
+    rollup_rows_deleted = rollup_rows_deleted + $rollup_rows_deleted
+WHERE id = 1;

@@ -1,0 +1,344 @@
+"""Retention: roll collectives up per minute, then delete raw rows below a cutoff, oldest first, in chunks.
+
+An always-on Echo would otherwise grow forever. A *pass* picks one cutoff (``--retention`` before Echo's
+clock, moved later while the store uses more than ``--max-db-size``), then works in bounded *steps*, each
+one short transaction on the writer's connection: roll up the raw collectives below the chunk's upper
+bound into ``collective_rollup`` and delete them, with the ``host_activity`` and ``events`` rows below
+the same bound, in the same transaction (so a collective is always counted once, raw or rolled up, and
+no acknowledged row younger than the cutoff is touched). Then rollups older than ``--rollup-retention``
+go, and a CHECKPOINT turns the deleted row groups into free blocks, which later rows reuse.
+
+The writer thread runs the steps between its commits (:class:`rankecho.echo.store.writer.Writer`), so
+the store keeps one writer and ingest waits at most one step. DuckDB never shrinks the file: what comes
+back is space inside it (measured in docs/echo.md, "Retention"), so ``--max-db-size`` is compared with the
+bytes of the blocks in use, and the file settles at about its high-water mark.
+
+Usage::
+
+    retention = Retention(con, RetentionPolicy(retention_s=7 * 86_400), db_path, checkpoint)
+    retention.run_pass()                     # every step at once (tests, tools)
+    while retention.due(): retention.step()  # what the writer does, one step between commits
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from rankecho.echo.queries import RETENTION
+from rankecho.echo.settings import Settings
+from rankecho.echo.store.writer import rollback
+
+log = logging.getLogger(__name__)
+NS = 1_000_000_000
+MINUTE_NS = 60 * NS
+TYPED_DELETES = ("delete_collectives", "delete_host_activity")
+"""The typed copies' deletions, after the rollup in the same transaction, each on its own time column."""
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """What to keep, and how the work is cut up. Tuning numbers live here, not in the statements."""
+
+    retention_s: float | None = None
+    """Raw rows older than this (seconds before Echo's clock) go; None: no age limit."""
+    max_db_bytes: int | None = None
+    """Used bytes of the store past which the oldest raw rows go first; None: no size limit."""
+    rollup_retention_s: float = 90 * 86_400.0
+    every_s: float = 60.0
+    """A pass starts this long after the previous one ended (at once while the store is over its size)."""
+    chunk_rows: int = 250_000
+    """Most raw rows one step aims to delete."""
+    step_budget_s: float = 0.25
+    """How long one step aims to hold the writer. The span of time a step deletes adapts to both limits
+    (halved past twice either, doubled below half of both), so a step stays a short transaction at any
+    ingest rate. Deleting from ``events`` costs ~45 us a row while its event_id primary key exists
+    (docs/echo.md, "Retention"), so the time budget is usually the one that binds."""
+    first_span_s: float = 1.0
+    """The time span of a pass's first step: small, since a second of a large job is ~20k rows."""
+    size_low_water: float = 0.9
+    """Over ``max_db_bytes``, delete down to this fraction of it, so the next rows do not trip it again."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RetentionPolicy:
+        return cls(settings.retention_s, settings.max_db_bytes, settings.rollup_retention_s,
+                   settings.retention_every_s)  # fmt: skip
+
+    @property
+    def on(self) -> bool:
+        return self.retention_s is not None or self.max_db_bytes is not None
+
+
+@dataclass
+class PassReport:
+    """What one pass did; ``raw_cutoff_ns`` None: nothing raw was old enough (or over the size) to go."""
+
+    started_ns: int
+    raw_cutoff_ns: int | None
+    rollup_cutoff_ns: int
+    used_before: int
+    used_after: int = 0
+    file_bytes: int = 0
+    rows_deleted: int = 0
+    """Raw rows deleted from the three tables together."""
+    rollup_rows_written: int = 0
+    rollup_rows_deleted: int = 0
+    chunks: int = 0
+    seconds: float = 0.0
+    checkpointed: bool = False
+
+
+@dataclass
+class _Part:
+    """One group of raw tables a pass deletes from, with its own cutoff and chunk span."""
+
+    oldest: str
+    """The statement giving the group's oldest time below a cutoff."""
+    deletes: tuple[str, ...]
+    cutoff_ns: int
+    span_ns: int
+    quantum_ns: int = 1
+    """Chunk bounds are multiples of this (a minute for the collectives, so no minute is rolled up in
+    pieces), and so is the span."""
+    rollup: bool = False
+    done: bool = False
+
+
+@dataclass
+class _Pass:
+    report: PassReport
+    parts: list[_Part]
+    started: float
+    raw_done: bool = False
+    waiters: list[Future[PassReport]] = field(default_factory=list)
+
+
+class Retention:
+    """One pass at a time, one step per :meth:`step`; only the writer thread calls :meth:`step`."""
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        policy: RetentionPolicy,
+        db_path: Path | None,
+        checkpoint: Callable[[], bool],
+        clock_ns: Callable[[], int] = time.time_ns,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._con = con
+        self.policy = policy
+        self._db_path = db_path
+        self._checkpoint = checkpoint
+        self._clock_ns = clock_ns
+        self._monotonic = monotonic
+        self._last_end = monotonic()
+        self._again = False
+        self._pass: _Pass | None = None
+        self._requests: list[Future[PassReport]] = []
+        self._lock = threading.Lock()
+        self.last: PassReport | None = None
+
+    # -- scheduling ---------------------------------------------------------------------------------
+    def record_settings(self) -> None:
+        """Write the limits in force into ``retention_state`` (what ``fleet.cluster.summary`` reports)."""
+        p = self.policy
+        self._run("record_settings", retention_s=p.retention_s, max_db_bytes=p.max_db_bytes,
+                  rollup_retention_s=p.rollup_retention_s)  # fmt: skip
+
+    def request(self) -> Future[PassReport]:
+        """A pass that starts after this call; the future yields its report (any thread may call)."""
+        future: Future[PassReport] = Future()
+        with self._lock:
+            self._requests.append(future)
+        return future
+
+    def due(self) -> bool:
+        """A pass is under way, was requested, or its time has come."""
+        if self._pass is not None or self._again or self._requests:
+            return True
+        return self.policy.on and self._monotonic() - self._last_end >= self.policy.every_s
+
+    def run_pass(self) -> PassReport:
+        """Every step of one whole pass, now (on the calling thread, which must own the connection)."""
+        self.request()
+        while self.step():
+            pass
+        assert self.last is not None
+        return self.last
+
+    def step(self) -> bool:
+        """One bounded unit of work: begin a pass, delete one chunk, drop old rollups, or checkpoint and
+        finish. True while the pass has more to do. A failure ends the pass (logged; retried next time)."""
+        try:
+            if self._pass is None:
+                self._pass = self._begin()
+                return True
+            current = self._pass
+            if not current.raw_done:
+                current.raw_done = not self._chunk(current)
+                return True
+            self._finish(current)
+        except Exception as exc:
+            failed, self._pass = self._pass, None
+            self._last_end = self._monotonic()
+            self._again = False
+            for waiter in failed.waiters if failed is not None else []:
+                waiter.set_exception(exc)
+            raise
+        return False
+
+    # -- the pass -------------------------------------------------------------------------------------
+    def _begin(self) -> _Pass:
+        with self._lock:
+            waiters, self._requests = self._requests, []
+        self._again = False
+        try:
+            return self._plan(waiters)
+        except Exception as exc:
+            for waiter in waiters:
+                waiter.set_exception(exc)
+            raise
+
+    def _plan(self, waiters: list[Future[PassReport]]) -> _Pass:
+        """The pass's cutoffs, from the policy, Echo's clock and the bytes in use now."""
+        p = self.policy
+        now = self._clock_ns()
+        used = self._used()[0]
+        cutoffs = []
+        if p.retention_s is not None:
+            cutoffs.append(now - int(p.retention_s * NS))
+        if p.max_db_bytes is not None and used > p.max_db_bytes:
+            by_size = self._size_cutoff(used, int(p.max_db_bytes * p.size_low_water))
+            if by_size is not None:
+                cutoffs.append(by_size)
+        rollup_cutoff = now - int(p.rollup_retention_s * NS)
+        cutoff = max(cutoffs) if cutoffs else None
+        report = PassReport(now, cutoff, rollup_cutoff, used)
+        parts = [] if cutoff is None else [
+            # typed tables first, by whole minutes: cheap (no index), and the rollups stay one row a minute
+            _Part("typed_oldest", TYPED_DELETES, cutoff - cutoff % MINUTE_NS, MINUTE_NS, MINUTE_NS, True),
+            # then events, whose primary key makes each deleted row cost: small chunks, any bound
+            _Part("events_oldest", ("delete_events",), cutoff, int(p.first_span_s * NS)),
+        ]  # fmt: skip
+        return _Pass(report, parts, self._monotonic(), waiters=waiters)
+
+    def _size_cutoff(self, used: int, target: int) -> int | None:
+        """The time below which the oldest raw rows hold about ``used - target`` bytes, assuming bytes
+        spread evenly over the stored time range (the next pass moves on if that was not enough)."""
+        oldest, newest = self._one("raw_range")
+        if oldest is None or newest is None:
+            return None
+        share = min(1.0, (used - target) / used)
+        return int(oldest) + max(1, int((int(newest) - int(oldest)) * share))
+
+    def _chunk(self, current: _Pass) -> bool:
+        """Delete one chunk of the first table group not yet done below its cutoff; False once both are."""
+        for part in current.parts:
+            if not part.done:
+                part.done = not self._chunk_of(part, current.report)
+                return True
+        return False
+
+    def _chunk_of(self, part: _Part, report: PassReport) -> bool:
+        """One transaction: roll up and delete the part's rows below the chunk's upper bound; False once
+        nothing is left below the part's cutoff."""
+        oldest = self._one(part.oldest, cutoff_ns=part.cutoff_ns)[0]
+        if oldest is None:
+            return False
+        upper = min(part.cutoff_ns, int(oldest) - int(oldest) % part.quantum_ns + part.span_ns)
+        started = self._monotonic()
+        con = self._con
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if part.rollup:
+                report.rollup_rows_written += self._count("rollup_collectives", cutoff_ns=upper,
+                                                          now_ns=report.started_ns)  # fmt: skip
+            deleted = sum(self._count(name, cutoff_ns=upper) for name in part.deletes)
+            con.execute("COMMIT")
+        except Exception:
+            rollback(con)
+            raise
+        report.chunks += 1
+        report.rows_deleted += deleted
+        span = self._next_span(part.span_ns, deleted, self._monotonic() - started)
+        part.span_ns = max(part.quantum_ns, span - span % part.quantum_ns)
+        return upper < part.cutoff_ns
+
+    def _next_span(self, span_ns: int, rows: int, seconds: float) -> int:
+        """The next step's span: halved when this one did more than twice the rows or took more than
+        twice the time it should, doubled when it did less than half of both."""
+        p = self.policy
+        if rows > 2 * p.chunk_rows or seconds > 2 * p.step_budget_s:
+            return max(1, span_ns // 2)
+        if rows < p.chunk_rows // 2 and seconds < p.step_budget_s / 2:
+            return span_ns * 2
+        return span_ns
+
+    def _finish(self, current: _Pass) -> None:
+        report = current.report
+        con = self._con
+        con.execute("BEGIN TRANSACTION")
+        try:
+            report.rollup_rows_deleted = self._count("delete_rollups", cutoff_ns=report.rollup_cutoff_ns)
+            con.execute("COMMIT")
+        except Exception:
+            rollback(con)
+            raise
+        if report.rows_deleted or report.rollup_rows_deleted:
+            report.checkpointed = self._checkpoint()  # deleted row groups become free blocks
+        report.used_after, report.file_bytes = self._used()
+        report.seconds = self._monotonic() - current.started
+        self._run("record_pass", raw_cutoff_ns=report.raw_cutoff_ns, rollup_cutoff_ns=report.rollup_cutoff_ns,
+                  now_ns=self._clock_ns(), seconds=report.seconds, rows_deleted=report.rows_deleted,
+                  bytes_freed=report.used_before - report.used_after, used_bytes=report.used_after,
+                  rollup_rows_deleted=report.rollup_rows_deleted)  # fmt: skip
+        limit = self.policy.max_db_bytes
+        over = limit is not None and report.used_after > limit
+        self._again = over and report.rows_deleted > 0 and report.checkpointed  # keep going while it helps
+        if over and not self._again:
+            log.warning("the store uses %d MiB, over --max-db-size (%d MiB), and retention freed nothing "
+                        "more: rollups and indexes fill it; raise the limit or shorten --rollup-retention",
+                        report.used_after >> 20, (limit or 0) >> 20)  # fmt: skip
+        if report.rows_deleted or report.rollup_rows_deleted:
+            log.info("retention: %d raw rows below %s deleted (%d rollup rows written, %d old ones deleted) "
+                     "in %d chunks, %.2f s; used %d -> %d MiB, file %d MiB", report.rows_deleted,
+                     report.raw_cutoff_ns, report.rollup_rows_written, report.rollup_rows_deleted,
+                     report.chunks, report.seconds, report.used_before >> 20, report.used_after >> 20,
+                     report.file_bytes >> 20)  # fmt: skip
+        self.last = report
+        self._pass = None
+        self._last_end = self._monotonic()
+        for waiter in current.waiters:
+            waiter.set_result(report)
+
+    # -- statements -------------------------------------------------------------------------------------
+    def _used(self) -> tuple[int, int]:
+        """(bytes of blocks in use + the write-ahead log, file bytes)."""
+        row = self._con.execute(RETENTION["used_bytes"].sql).fetchone()
+        used, file_bytes = (int(row[0]), int(row[1])) if row else (0, 0)
+        if self._db_path is not None:
+            wal = self._db_path.with_name(self._db_path.name + ".wal")
+            used += wal.stat().st_size if wal.exists() else 0
+        return used, file_bytes
+
+    def _run(self, name: str, **params: Any) -> None:
+        query = RETENTION[name]
+        self._con.execute(query.sql, query.bind(**params))
+
+    def _one(self, name: str, **params: Any) -> tuple[Any, ...]:
+        query = RETENTION[name]
+        row = self._con.execute(query.sql, query.bind(**params)).fetchone()
+        return tuple(row) if row else (None, None)
+
+    def _count(self, name: str, **params: Any) -> int:
+        """Rows an INSERT or DELETE touched (DuckDB returns the count as its one row)."""
+        return int(self._one(name, **params)[0] or 0)
+
