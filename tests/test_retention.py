@@ -4,6 +4,7 @@ cutoff, ingest going on during a pass, the store fine after a reopen, and the fl
 
 from __future__ import annotations
 
+import asyncio
 import time
 from concurrent.futures import Future
 from pathlib import Path
@@ -13,11 +14,16 @@ import duckdb
 import pytest
 from conftest import local_settings
 from echo_helpers import TEST_TOKEN, grpc_export, rows
+from fastmcp import Client
 
 from rankecho.cli import build_parser
 from rankecho.echo.app import Echo
+from rankecho.echo.mcp.rates import load_rates
+from rankecho.echo.mcp.server import build_server
+from rankecho.echo.mcp.tools import Investigation
 from rankecho.echo.settings import SettingsError, settings_from_args
 from rankecho.echo.store.migrate import available, migrate
+from rankecho.echo.store.reader import Reader
 from rankecho.echo.store.retention import MINUTE_NS, NS, Retention, RetentionPolicy
 from rankecho.shared import contract as c
 from rankecho.shared.otlp import Point, metrics_request
@@ -226,18 +232,70 @@ def test_without_limits_no_pass_is_due_and_a_requested_one_deletes_nothing(tmp_p
         assert con.execute("SELECT count(*) FROM events").fetchone() == (100,)
 
 
+# --- fleet.cluster.summary ---------------------------------------------------------------------------
+
+
+def summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """``fleet.cluster.summary`` through the MCP server, in process."""
+
+    async def go() -> dict[str, Any]:
+        async with Client(build_server(Investigation(Reader(con), load_rates()))) as client:
+            result = await client.call_tool("fleet.cluster.summary", {})
+            assert result.structured_content is not None
+            return dict(result.structured_content)
+
+    return asyncio.run(go())
+
+
+def test_summary_says_which_raw_and_rolled_up_ranges_exist(tmp_path: Path) -> None:
+    now = time.time_ns()
+    with duckdb.connect(str(tmp_path / "s.db")) as con:
+        migrate(con)
+        fill(con, now - 3 * HOUR_NS, 3 * 3600, NS)  # one row a second for 3 hours
+        before = summary(con)
+        assert before["retention"]["raw_from_ns"] == now - 3 * HOUR_NS
+        assert before["retention"]["rollup_from_ns"] is None and before["retention"]["retention_s"] is None
+        policy = RetentionPolicy(retention_s=3600.0, max_db_bytes=10**12)
+        retention = Retention(con, policy, None, lambda: True, lambda: now)
+        retention.record_settings()
+        report = retention.run_pass()
+        got = summary(con)
+        assert set(before) <= set(got)  # a field added, none renamed
+        r = got["retention"]
+        assert (r["retention_s"], r["max_db_bytes"]) == (3600.0, 10**12)
+        assert r["raw_cutoff_ns"] == report.raw_cutoff_ns and r["raw_from_ns"] >= now - HOUR_NS
+        assert r["raw_to_ns"] == now - 3 * HOUR_NS + (3 * 3600 - 1) * NS
+        minute = (now - 3 * HOUR_NS) // MINUTE_NS * MINUTE_NS
+        assert r["rollup_from_ns"] == minute
+        assert now - HOUR_NS - MINUTE_NS <= r["rollup_to_ns"] <= now - HOUR_NS
+        assert r["raw_from"].endswith("Z") and r["last_rows_deleted"] == report.rows_deleted
+
+
+def test_summary_of_a_store_from_before_retention_opened_read_only(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with duckdb.connect(str(path)) as con:
+        v2_store(con)
+    with duckdb.connect(str(path), read_only=True) as con:
+        assert summary(con)["retention"] is None
+
+
 # --- migration and flags ------------------------------------------------------------------------------
+
+
+def v2_store(con: duckdb.DuckDBPyConnection) -> None:
+    """A store as Echo left it before migration 004."""
+    con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+                "applied_ns BIGINT NOT NULL)")  # fmt: skip
+    for m in available():
+        if m.version <= 2:
+            con.execute(m.sql)
+            con.execute("INSERT INTO schema_version VALUES (?, ?, 0)", [m.version, m.name])
 
 
 def test_a_v2_store_gains_the_retention_tables(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
-    with duckdb.connect(str(path)) as con:  # a store as Echo left it before migration 004
-        con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-                    "applied_ns BIGINT NOT NULL)")  # fmt: skip
-        for m in available():
-            if m.version <= 2:
-                con.execute(m.sql)
-                con.execute("INSERT INTO schema_version VALUES (?, ?, 0)", [m.version, m.name])
+    with duckdb.connect(str(path)) as con:
+        v2_store(con)
         fill(con, time.time_ns() - 3 * HOUR_NS, 1000, NS)
     with Echo(local_settings(path, retention_s=3600.0, retention_every_s=3600.0)) as echo:
         report = echo.writer.retention_pass().result(timeout=60)

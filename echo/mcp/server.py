@@ -92,8 +92,11 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         of any node, so a node that stopped reporting stands out), ranks (events, last event,
         `behind_newest_s`, most lagging first: a rank stuck in a collective stops reporting), metrics
         with counts, the time range, and `spools`: nodes whose agent still holds points in its disk spool
-        (`spooled_points`, `oldest_age_s`), i.e. data not yet in Echo. `no_data` says where data is when
-        the window holds none. Call this first."""
+        (`spooled_points`, `oldest_age_s`), i.e. data not yet in Echo, and `retention`: the raw range
+        stored (`raw_from_ns`..`raw_to_ns`; older raw rows were deleted by `--retention` /
+        `--max-db-size`), the per-minute collective rollups kept longer (`rollup_from_ns`..`rollup_to_ns`,
+        table collective_rollup), and the limits (`retention_s`, `max_db_bytes`; null: off). `no_data`
+        says where data is when the window holds none. Call this first."""
         return _answer(lambda: inv.summary(window))
 
     @mcp.tool(name="fleet.cluster.find_stragglers", annotations=READ_ONLY)

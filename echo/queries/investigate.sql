@@ -100,6 +100,25 @@ GROUP BY metric_name, signal
 ORDER BY events DESC, metric_name
 LIMIT $max_rows;
 
+-- name: summary_retention
+-- One row: which raw and rolled-up ranges the store holds now (raw from `events`, rollups per minute from
+-- `collective_rollup`, end exclusive), the limits of the Echo that last opened it (NULL: off) and what its
+-- last retention pass did. Not windowed: it describes the store.
+SELECT (SELECT min(timestamp_ns) FROM events) AS raw_from_ns,
+       (SELECT max(timestamp_ns) FROM events) AS raw_to_ns,
+       (SELECT min(minute_ns) FROM collective_rollup) AS rollup_from_ns,
+       (SELECT max(minute_ns) + 60000000000 FROM collective_rollup) AS rollup_to_ns,
+       retention_s,
+       max_db_bytes,
+       rollup_retention_s,
+       raw_cutoff_ns,
+       rollup_cutoff_ns,
+       last_run_ns,
+       last_rows_deleted,
+       used_bytes,
+       raw_rows_deleted
+FROM retention_state;
+
 -- name: event_history
 -- Time-ordered events matching every given filter (NULL = any), oldest first, at most $max_rows.
 -- The value is value_double, else value_int; attrs_json is cut at 16385 characters (sanitize.MAX_ATTRS_CHARS + 1).
