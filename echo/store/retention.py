@@ -54,7 +54,8 @@ class RetentionPolicy:
     """Used bytes of the store past which the oldest raw rows go first; None: no size limit."""
     rollup_retention_s: float = 90 * 86_400.0
     every_s: float = 60.0
-    """A pass starts this long after the previous one ended (at once while the store is over its size)."""
+    """A pass starts this long after the previous one ended (at once while the store is over its size,
+    and at start, so limits given to a restarted Echo apply without waiting)."""
     chunk_rows: int = 250_000
     """Most raw rows one step aims to delete."""
     step_budget_s: float = 0.25
@@ -139,7 +140,7 @@ class Retention:
         self._checkpoint = checkpoint
         self._clock_ns = clock_ns
         self._monotonic = monotonic
-        self._last_end = monotonic()
+        self._last_end = monotonic() - policy.every_s  # the first pass is due at once: limits apply at start
         self._again = False
         self._pass: _Pass | None = None
         self._requests: list[Future[PassReport]] = []
