@@ -25,6 +25,7 @@ from rankecho.echo.settings import SettingsError, settings_from_args
 from rankecho.echo.store.migrate import available, migrate
 from rankecho.echo.store.reader import Reader
 from rankecho.echo.store.retention import MINUTE_NS, NS, Retention, RetentionPolicy
+from rankecho.launch.echo import EchoProcess
 from rankecho.shared import contract as c
 from rankecho.shared.otlp import Point, metrics_request
 
@@ -165,6 +166,28 @@ def test_ingest_goes_on_while_a_pass_runs_in_small_chunks(tmp_path: Path) -> Non
         sent += send_job(echo.grpc_address or "", now - 30 * NS, 1)
         assert report.chunks > 20 and sent > 0
         assert count(echo, "events", "timestamp_ns", now - 2 * HOUR_NS) == (0, sent)
+
+
+def test_rankecho_serve_with_retention_trims_an_existing_store(tmp_path: Path) -> None:
+    """End to end: a store filled by a plain ``rankecho serve`` with hours-old points, then served with
+    ``--retention 1h``: the pass at start rolls up and deletes the old rows, the young ones stay."""
+    db, log = tmp_path / "echo.db", tmp_path / "echo.log"
+    now = time.time_ns()
+    with EchoProcess(db, TEST_TOKEN, log=log) as echo:
+        send_job(echo.otlp_grpc, now - 3 * HOUR_NS, 120)
+        sent_young = send_job(echo.otlp_grpc, now - 10 * MINUTE_NS, 60)
+    with EchoProcess(db, TEST_TOKEN, log=log, extra_args=("--retention", "1h", "--max-db-size", "10GB")):
+        deadline = time.monotonic() + 120
+        while "retention: " not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert "retention: " in log.read_text(), log.read_text()[-2000:]
+    with duckdb.connect(str(db), read_only=True) as con:
+        kept = con.execute("SELECT count(*), min(timestamp_ns) FROM events").fetchone()
+        assert kept is not None and kept[0] == sent_young and kept[1] >= now - HOUR_NS
+        rolled = con.execute("SELECT sum(calls), count(DISTINCT rank) FROM collective_rollup").fetchone()
+        assert rolled == (60 * 2 * 4, 4)  # 60 steps x 2 communicators x 4 ranks, rolled up before they went
+        limits = con.execute("SELECT retention_s, max_db_bytes FROM retention_state").fetchone()
+        assert limits == (3600.0, 10**10)
 
 
 # --- the pass on a connection: sizes and limits -------------------------------------------------------
