@@ -146,7 +146,8 @@ class Echo:
             self._lock.cover()  # a store created just now: lock its inode too (hard links)
             writer = Writer(con.cursor(), self.stats, s.queue_rows, s.batch_rows, s.retry_after_s,
                             self._lock.real_path, s.checkpoint_every_s)  # fmt: skip
-            writer.use_retention(RetentionPolicy.from_settings(s))  # passes run only when a limit is set
+            retention = writer.use_retention(RetentionPolicy.from_settings(s))  # passes only with a limit
+            self.metric_sources.append(retention.metrics)
             writer.checkpoint()  # a WAL replayed at this start is not replayed again at the next
             self.stats.queue_rows = lambda: writer.queued_rows
             self._run = run = _Running(con, writer)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import httpx
 import pytest
 from conftest import local_settings
 from echo_helpers import TEST_TOKEN, grpc_export, rows
@@ -122,6 +123,9 @@ def test_a_pass_rolls_up_then_deletes_old_rows_and_keeps_young_ones(tmp_path: Pa
         state = rows(echo, "SELECT retention_s, raw_cutoff_ns, raw_rows_deleted, last_rows_deleted "
                            "FROM retention_state")  # fmt: skip
         assert state == [(2 * 3600.0, cutoff, 2 * sent_old, 2 * sent_old)]  # each event and its typed copy
+        metrics = httpx.get(f"http://{echo.http_address}/metrics", timeout=30).text
+        assert f"rankecho_echo_retention_rows_deleted_total {2 * sent_old}\n" in metrics
+        assert f"rankecho_echo_retention_raw_cutoff_seconds {cutoff / NS:g}\n" in metrics
     with Echo(local_settings(path)) as echo:  # reopened, retention off now: everything still there
         assert rows(echo, MERGED_ROLLUP) == expected
         assert count(echo, "events", "timestamp_ns", young)[1] == sent_young

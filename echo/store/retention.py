@@ -146,6 +146,9 @@ class Retention:
         self._requests: list[Future[PassReport]] = []
         self._lock = threading.Lock()
         self.last: PassReport | None = None
+        self.passes = 0
+        self.rows_deleted = 0
+        """Passes finished and raw rows deleted since this Echo started (``/metrics``)."""
 
     # -- scheduling ---------------------------------------------------------------------------------
     def record_settings(self) -> None:
@@ -315,10 +318,39 @@ class Retention:
                      report.chunks, report.seconds, report.used_before >> 20, report.used_after >> 20,
                      report.file_bytes >> 20)  # fmt: skip
         self.last = report
+        self.passes += 1
+        self.rows_deleted += report.rows_deleted
         self._pass = None
         self._last_end = self._monotonic()
         for waiter in current.waiters:
             waiter.set_result(report)
+
+    def metrics(self) -> str:
+        """Prometheus text for ``/metrics``: passes, rows deleted, and the last pass's cutoff, duration
+        and bytes in use (absent until a pass ended)."""
+        lines = [
+            "# HELP rankecho_echo_retention_passes_total Retention passes finished since Echo started.",
+            "# TYPE rankecho_echo_retention_passes_total counter",
+            f"rankecho_echo_retention_passes_total {self.passes}",
+            "# HELP rankecho_echo_retention_rows_deleted_total Raw rows deleted since Echo started.",
+            "# TYPE rankecho_echo_retention_rows_deleted_total counter",
+            f"rankecho_echo_retention_rows_deleted_total {self.rows_deleted}",
+        ]
+        last = self.last
+        if last is not None:
+            gauges = [
+                ("last_pass_seconds", "Writer time the last retention pass took, checkpoint included.",
+                 last.seconds),
+                ("used_bytes", "Bytes of the store's blocks in use (+ write-ahead log) after the last pass.",
+                 last.used_after),
+                ("raw_cutoff_seconds", "Raw rows older than this (Unix s) were deleted by the last pass.",
+                 None if last.raw_cutoff_ns is None else last.raw_cutoff_ns / NS),
+            ]  # fmt: skip
+            for name, text, value in gauges:
+                if value is not None:
+                    full = f"rankecho_echo_retention_{name}"
+                    lines += [f"# HELP {full} {text}", f"# TYPE {full} gauge", f"{full} {value:g}"]
+        return "\n".join(lines) + "\n"
 
     # -- statements -------------------------------------------------------------------------------------
     def _used(self) -> tuple[int, int]:
