@@ -12,6 +12,7 @@ from typing import Any
 
 import duckdb
 import httpx
+import pyarrow as pa
 import pytest
 from conftest import local_settings
 from echo_helpers import TEST_TOKEN, grpc_export, rows
@@ -19,13 +20,16 @@ from fastmcp import Client
 
 from rankecho.cli import build_parser
 from rankecho.echo.app import Echo
+from rankecho.echo.ingest.rows import ARROW_SCHEMA
 from rankecho.echo.mcp.rates import load_rates
 from rankecho.echo.mcp.server import build_server
 from rankecho.echo.mcp.tools import Investigation
+from rankecho.echo.ops import Stats
 from rankecho.echo.settings import SettingsError, settings_from_args
 from rankecho.echo.store.migrate import available, migrate
 from rankecho.echo.store.reader import Reader
 from rankecho.echo.store.retention import MINUTE_NS, NS, Retention, RetentionPolicy
+from rankecho.echo.store.writer import Writer
 from rankecho.launch.echo import EchoProcess
 from rankecho.shared import contract as c
 from rankecho.shared.otlp import Point, metrics_request
@@ -192,6 +196,37 @@ def test_rankecho_serve_with_retention_trims_an_existing_store(tmp_path: Path) -
         assert rolled == (60 * 2 * 4, 4)  # 60 steps x 2 communicators x 4 ranks, rolled up before they went
         limits = con.execute("SELECT retention_s, max_db_bytes FROM retention_state").fetchone()
         assert limits == (3600.0, 10**10)
+
+
+def events_table(first: int, n: int, at_ns: int) -> pa.Table:
+    """``n`` events rows for :meth:`Writer.submit`, ids ``young-<first>``..., all at ``at_ns``."""
+    columns: dict[str, list[Any]] = {f.name: [None] * n for f in ARROW_SCHEMA}
+    columns.update(event_id=[f"young-{first + i}" for i in range(n)], timestamp_ns=[at_ns] * n,
+                   received_ns=[0] * n, signal=["metric"] * n, metric_name=["m"] * n)  # fmt: skip
+    return pa.table(columns, schema=ARROW_SCHEMA)
+
+
+def test_the_writer_commits_between_the_steps_of_a_pass(tmp_path: Path) -> None:
+    """Requests queued while a pass runs are committed one step later, not after the whole pass."""
+    now = time.time_ns()
+    with duckdb.connect(str(tmp_path / "w.db")) as con:
+        migrate(con)
+        writer = Writer(con.cursor(), Stats(), queue_rows=10_000, batch_rows=10, db_path=tmp_path / "w.db")
+        writer.use_retention(RetentionPolicy(3600.0, chunk_rows=4, first_span_s=0.001, every_s=3600.0))
+        during: list[bool] = []
+        writer.start()
+        writer.retention_pass().result(timeout=60)  # after the pass at start
+        fill(con.cursor(), now - 2 * HOUR_NS, 500, NS)  # old rows: with 4-row chunks, a pass of many steps
+        with writer.hold():
+            passing = writer.retention_pass()
+            futures = [writer.submit(events_table(10 * i, 10, now)) for i in range(5)]
+            for future in futures:  # commit by commit, was the pass under way?
+                future.add_done_callback(lambda _: during.append(not passing.done()))
+        report = passing.result(timeout=60)
+        assert [f.result(timeout=60) for f in futures] == [10] * 5
+        writer.stop()
+        assert report.chunks > 10 and during == [True] * 5
+        assert con.execute("SELECT count(*) FROM events WHERE timestamp_ns >= ?", [now]).fetchone() == (50,)
 
 
 # --- the pass on a connection: sizes and limits -------------------------------------------------------

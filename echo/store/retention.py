@@ -355,8 +355,8 @@ class Retention:
     # -- statements -------------------------------------------------------------------------------------
     def _used(self) -> tuple[int, int]:
         """(bytes of blocks in use + the write-ahead log, file bytes)."""
-        row = self._con.execute(RETENTION["used_bytes"].sql).fetchone()
-        used, file_bytes = (int(row[0]), int(row[1])) if row else (0, 0)
+        found = self._con.execute(RETENTION["used_bytes"].sql).fetchall()
+        used, file_bytes = (int(found[0][0]), int(found[0][1])) if found else (0, 0)
         if self._db_path is not None:
             wal = self._db_path.with_name(self._db_path.name + ".wal")
             used += wal.stat().st_size if wal.exists() else 0
@@ -364,12 +364,12 @@ class Retention:
 
     def _run(self, name: str, **params: Any) -> None:
         query = RETENTION[name]
-        self._con.execute(query.sql, query.bind(**params))
+        self._con.execute(query.sql, query.bind(**params)).fetchall()  # no result left open on the cursor
 
     def _one(self, name: str, **params: Any) -> tuple[Any, ...]:
         query = RETENTION[name]
-        row = self._con.execute(query.sql, query.bind(**params)).fetchone()
-        return tuple(row) if row else (None, None)
+        found = self._con.execute(query.sql, query.bind(**params)).fetchall()  # all: none left open
+        return tuple(found[0]) if found else (None, None)
 
     def _count(self, name: str, **params: Any) -> int:
         """Rows an INSERT or DELETE touched (DuckDB returns the count as its one row)."""

@@ -145,6 +145,7 @@ class Writer:
         """Set when DuckDB reported a fatal error: nothing more can be committed until a restart."""
         self.retention: Retention | None = None
         """Set by :meth:`use_retention`: its steps run between commits."""
+        self._stepped = False
         self._thread = threading.Thread(target=self._run, name="echo-writer", daemon=True)
 
     @property
@@ -214,8 +215,9 @@ class Writer:
             while True:
                 if self._closing and not self._queue:
                     return None
-                if not self._held and not self._closing and self._retention_due():
+                if not self._held and not self._closing and not self._queue_waits() and self._retention_due():
                     self._unlocked(self._retention_step)  # one bounded step between commits
+                    self._stepped = True
                     continue
                 if self._queue and (not self._held or self._closing):
                     break
@@ -224,6 +226,7 @@ class Writer:
                     continue
                 self._cond.wait(timeout=PROBE_EVERY_S)
             self._busy = True
+            self._stepped = False
             taken = [self._queue.popleft()]
             rows = taken[0].table.num_rows
             while self._queue and rows + self._queue[0].table.num_rows <= self._batch_rows:
@@ -232,6 +235,10 @@ class Writer:
                 rows += item.table.num_rows
             self._queued_rows -= rows
             return taken
+
+    def _queue_waits(self) -> bool:
+        """A retention step ran last and rows are queued: commit them before the next step."""
+        return self._stepped and bool(self._queue)
 
     def _unlocked(self, work: Callable[[], None]) -> None:
         """Run ``work`` with the queue's lock released (DuckDB and the disk are slow) but marked busy, so
