@@ -171,12 +171,12 @@ class Retention:
         return self.policy.on and self._monotonic() - self._last_end >= self.policy.every_s
 
     def run_pass(self) -> PassReport:
-        """Every step of one whole pass, now (on the calling thread, which must own the connection)."""
-        self.request()
-        while self.step():
-            pass
-        assert self.last is not None
-        return self.last
+        """Every step of one whole pass that starts now (after the one under way, if any), on the calling
+        thread, which must own the connection."""
+        requested = self.request()
+        while not requested.done():
+            self.step()
+        return requested.result()
 
     def step(self) -> bool:
         """One bounded unit of work: begin a pass, delete one chunk, drop old rollups, or checkpoint and
