@@ -75,6 +75,7 @@ def add_serve(subparsers: Any) -> None:
             "RANKECHO_TOKEN=$(cat token) rankecho serve --db /var/lib/rankecho/echo.db",
             "rankecho serve --db echo.db --token-file token --tls-cert cert.pem --tls-key key.pem",
             "rankecho serve --db /tmp/try.db --insecure-no-auth --otlp-grpc 127.0.0.1:0",
+            "rankecho serve --db /var/lib/rankecho/echo.db --retention 7d --max-db-size 200GB",
         ),
     )
     p.add_argument("--db", required=True, help="DuckDB store file (created if missing)")
@@ -158,8 +159,8 @@ def add_serve(subparsers: Any) -> None:
     p.add_argument(
         "--max-db-size",
         metavar="SIZE",
-        help="most space the store may use (e.g. 200GB, 500MB; default: off): past it the oldest raw rows "
-        "are deleted first",
+        help="most bytes the store's data may use (e.g. 200GB, 500MB; default: off): past it the oldest raw "
+        "rows are deleted first; the file itself settles at up to about twice this (docs/echo.md, Retention)",
     )
     p.add_argument(
         "--rollup-retention",

@@ -163,7 +163,7 @@ def test_ingest_goes_on_while_a_pass_runs_in_small_chunks(tmp_path: Path) -> Non
     now = time.time_ns()
     with Echo(local_settings(tmp_path / "echo.db", retention_s=3600.0, retention_every_s=3600.0)) as echo:
         settled(echo)
-        send_job(echo.grpc_address or "", now - 3 * HOUR_NS, 240, step_ns=NS)
+        send_job(echo.grpc_address or "", now - 3 * HOUR_NS, 120, step_ns=NS)
         assert echo.writer.retention is not None
         echo.writer.retention.policy = RetentionPolicy(3600.0, chunk_rows=4, first_span_s=0.001)
         passing: Future[Any] = echo.writer.retention_pass()
