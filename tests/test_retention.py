@@ -274,6 +274,31 @@ def test_max_db_size_moves_the_cutoff_until_the_store_fits(tmp_path: Path) -> No
         assert path.stat().st_size == file_bytes
 
 
+def test_a_busy_minute_after_quiet_hours_is_deleted_in_bounded_steps(tmp_path: Path) -> None:
+    """Quiet hours (sparse rows) let the span grow; the busy minute after them is still cut into steps of
+    at most chunk_rows, because each step counts before it deletes."""
+    now = time.time_ns()
+    quiet, busy = now - 3 * 86_400 * NS, now - 86_400 * NS
+    with duckdb.connect(str(tmp_path / "s.db")) as con:
+        migrate(con)
+        con.execute("""INSERT INTO events (event_id, timestamp_ns, received_ns, signal, metric_name)
+                       SELECT 'q' || i, $q + i * 600 * 1000000000, 0, 'metric', 'm' FROM range(280) t(i)
+                       UNION ALL
+                       SELECT 'b' || i, $b + i * 1000000, 0, 'metric', 'm' FROM range(20000) t(i)""",
+                    {"q": quiet, "b": busy})  # fmt: skip
+        policy = RetentionPolicy(3600.0, chunk_rows=1000, first_rows=1000, step_budget_s=1e6)
+        retention = Retention(con, policy, None, lambda: True, lambda: now)
+        retention.request()
+        per_step, before = [], 0
+        while retention.step():
+            if retention.current is not None:
+                per_step.append(retention.current.rows_deleted - before)
+                before = retention.current.rows_deleted
+        assert retention.last is not None and retention.last.rows_deleted == 20_280
+        assert max(per_step) <= 1000 and sum(per_step) == 20_280
+        assert con.execute("SELECT count(*) FROM events").fetchone() == (0,)
+
+
 def test_old_rollups_go_after_rollup_retention(tmp_path: Path) -> None:
     now = time.time_ns()
     with duckdb.connect(str(tmp_path / "s.db")) as con:

@@ -40,6 +40,9 @@ from rankecho.echo.store.writer import rollback
 log = logging.getLogger(__name__)
 NS = 1_000_000_000
 MINUTE_NS = 60 * NS
+MIN_STEP_ROWS = 100
+"""However slow the last step was, the next may delete this many rows (unless ``chunk_rows`` is lower;
+progress is guaranteed anyway: a step deletes at least the oldest minute or nanosecond)."""
 TYPED_DELETES = ("delete_collectives", "delete_host_activity")
 """The typed copies' deletions, after the rollup in the same transaction, each on its own time column."""
 
@@ -57,12 +60,15 @@ class RetentionPolicy:
     """A pass starts this long after the previous one ended (at once while the store is over its size,
     and at start, so limits given to a restarted Echo apply without waiting)."""
     chunk_rows: int = 250_000
-    """Most raw rows one step aims to delete."""
+    """Most raw rows one step deletes."""
+    first_rows: int = 5_000
+    """Rows the first step of each table group may delete, before a step has measured the cost per row
+    (5,000 events rows take ~0.1-0.2 s with their primary key)."""
     step_budget_s: float = 0.25
-    """How long one step aims to hold the writer. The span of time a step deletes adapts to both limits
-    (halved past twice either, doubled below half of both), so a step stays a short transaction at any
-    ingest rate. Deleting from ``events`` costs ~45 us a row while its event_id primary key exists
-    (docs/echo.md, "Retention"), so the time budget is usually the one that binds."""
+    """How long one step aims to hold the writer: the rows a step may delete follow the cost per row the
+    previous step measured, so a step stays a short transaction at any ingest rate. Deleting from
+    ``events`` costs ~20 us a row while its event_id primary key exists (docs/echo.md, "Retention"), so
+    this budget, not ``chunk_rows``, usually binds there."""
     first_span_s: float = 1.0
     """The time span of a pass's first step: small, since a second of a large job is ~20k rows."""
     size_low_water: float = 0.9
@@ -103,9 +109,14 @@ class _Part:
 
     oldest: str
     """The statement giving the group's oldest time below a cutoff."""
+    count: str
+    """The statement counting the group's rows below a cutoff."""
     deletes: tuple[str, ...]
     cutoff_ns: int
     span_ns: int
+    target_rows: int
+    """Rows one step may delete: starts at ``RetentionPolicy.first_rows``, then what fits the step's time
+    budget at the cost per row measured by the last step (at most ``chunk_rows``)."""
     quantum_ns: int = 1
     """Chunk bounds are multiples of this (a minute for the collectives, so no minute is rolled up in
     pieces), and so is the span."""
@@ -170,6 +181,11 @@ class Retention:
             return True
         return self.policy.on and self._monotonic() - self._last_end >= self.policy.every_s
 
+    @property
+    def current(self) -> PassReport | None:
+        """The report of the pass under way, as far as it got (None between passes)."""
+        return self._pass.report if self._pass is not None else None
+
     def run_pass(self) -> PassReport:
         """Every step of one whole pass that starts now (after the one under way, if any), on the calling
         thread, which must own the connection."""
@@ -225,12 +241,15 @@ class Retention:
                 cutoffs.append(by_size)
         rollup_cutoff = now - int(p.rollup_retention_s * NS)
         cutoff = max(cutoffs) if cutoffs else None
+        first_rows = min(p.first_rows, p.chunk_rows)
         report = PassReport(now, cutoff, rollup_cutoff, used)
         parts = [] if cutoff is None else [
             # typed tables first, by whole minutes: cheap (no index), and the rollups stay one row a minute
-            _Part("typed_oldest", TYPED_DELETES, cutoff - cutoff % MINUTE_NS, MINUTE_NS, MINUTE_NS, True),
+            _Part("typed_oldest", "typed_count", TYPED_DELETES, cutoff - cutoff % MINUTE_NS, MINUTE_NS,
+                  first_rows, MINUTE_NS, True),
             # then events, whose primary key makes each deleted row cost: small chunks, any bound
-            _Part("events_oldest", ("delete_events",), cutoff, int(p.first_span_s * NS)),
+            _Part("events_oldest", "events_count", ("delete_events",), cutoff, int(p.first_span_s * NS),
+                  first_rows),
         ]  # fmt: skip
         return _Pass(report, parts, self._monotonic(), waiters=waiters)
 
@@ -253,11 +272,19 @@ class Retention:
 
     def _chunk_of(self, part: _Part, report: PassReport) -> bool:
         """One transaction: roll up and delete the part's rows below the chunk's upper bound; False once
-        nothing is left below the part's cutoff."""
+        nothing is left below the part's cutoff. The bound is found by counting first (a scan of the
+        time column of the old row groups only), halving the span while more than the part's target rows
+        lie below it, so a quiet hour followed by a busy one cannot make one step delete the busy hour."""
         oldest = self._one(part.oldest, cutoff_ns=part.cutoff_ns)[0]
         if oldest is None:
             return False
-        upper = min(part.cutoff_ns, int(oldest) - int(oldest) % part.quantum_ns + part.span_ns)
+        q = part.quantum_ns
+        base, span = int(oldest) - int(oldest) % q, part.span_ns
+        below = self._count(part.count, cutoff_ns=min(part.cutoff_ns, base + span))
+        while below > part.target_rows and span > q:
+            span = max(q, span // 2 - span // 2 % q)
+            below = self._count(part.count, cutoff_ns=min(part.cutoff_ns, base + span))
+        upper = min(part.cutoff_ns, base + span)
         started = self._monotonic()
         con = self._con
         con.execute("BEGIN TRANSACTION")
@@ -272,19 +299,12 @@ class Retention:
             raise
         report.chunks += 1
         report.rows_deleted += deleted
-        span = self._next_span(part.span_ns, deleted, self._monotonic() - started)
-        part.span_ns = max(part.quantum_ns, span - span % part.quantum_ns)
+        seconds = self._monotonic() - started
+        if deleted and seconds > 0:  # rows that fit the time budget at the cost just measured
+            fit = int(deleted * self.policy.step_budget_s / seconds)
+            part.target_rows = min(self.policy.chunk_rows, max(MIN_STEP_ROWS, fit))
+        part.span_ns = span * 2 if below < part.target_rows // 2 else span
         return upper < part.cutoff_ns
-
-    def _next_span(self, span_ns: int, rows: int, seconds: float) -> int:
-        """The next step's span: halved when this one did more than twice the rows or took more than
-        twice the time it should, doubled when it did less than half of both."""
-        p = self.policy
-        if rows > 2 * p.chunk_rows or seconds > 2 * p.step_budget_s:
-            return max(1, span_ns // 2)
-        if rows < p.chunk_rows // 2 and seconds < p.step_budget_s / 2:
-            return span_ns * 2
-        return span_ns
 
     def _finish(self, current: _Pass) -> None:
         report = current.report

@@ -8,6 +8,15 @@
 SELECT least((SELECT min(enter_ns) FROM collectives WHERE enter_ns < $cutoff_ns),
              (SELECT min(start_ns) FROM host_activity WHERE start_ns < $cutoff_ns)) AS oldest_ns;
 
+-- name: typed_count
+-- Rows of the typed copies below $cutoff_ns (a step sizes its chunk with it before deleting).
+SELECT (SELECT count(*) FROM collectives WHERE enter_ns < $cutoff_ns)
+       + (SELECT count(*) FROM host_activity WHERE start_ns < $cutoff_ns) AS n;
+
+-- name: events_count
+-- Rows of events below $cutoff_ns.
+SELECT count(*) AS n FROM events WHERE timestamp_ns < $cutoff_ns;
+
 -- name: events_oldest
 -- The oldest event time still stored below $cutoff_ns (NULL: nothing to delete in events).
 SELECT min(timestamp_ns) AS oldest_ns FROM events WHERE timestamp_ns < $cutoff_ns;
