@@ -123,7 +123,7 @@ class Investigation:
         clock, clock_cut = self.records(self.run_named("clock_offsets", **bounds))
         alignment, alignment_cut = self.records(self.run_named("stream_alignment", **bounds))
         spools, spools_cut = self.records(self.run_named("summary_spools", **bounds))  # data still on nodes
-        retention = self._retention()
+        retention = self.retention()
         for spool in spools:
             spool["reported"] = iso(spool["reported_ns"])
         for node in nodes:
@@ -150,15 +150,9 @@ class Investigation:
             "truncated": nodes_cut or ranks_cut or metrics_cut or clock_cut or alignment_cut or spools_cut,
         }
 
-    def _retention(self) -> dict[str, Any] | None:
-        """summary's ``retention``: the raw and rolled-up ranges stored and the limits in force; None for a
-        store from before schema v4 opened read-only (no ``retention_state`` to read)."""
-        try:
-            found, _ = self.records(self.run_named("summary_retention"))
-        except InvestigationError as exc:
-            if "retention_state" not in str(exc):
-                raise
-            return None
+    def retention(self) -> dict[str, Any] | None:
+        """summary's ``retention``: the raw and rolled-up ranges stored and the limits in force."""
+        found, _ = self.records(self.run_named("summary_retention"))
         if not found:
             return None
         state = found[0]
