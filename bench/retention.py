@@ -174,8 +174,8 @@ def run(argv: list[str]) -> dict[str, Any]:
     results: dict[str, Any] = {"ranks": args.ranks, "minutes": args.minutes}
     with tempfile.TemporaryDirectory() as tmp:
         results["delete_cost"] = cost = delete_cost(Path(tmp) / "cost.db", args.ranks)
-        print(f"DELETE cost: events {cost['events_us_per_row']:.1f} us/row, "
-              f"collectives {cost['collectives_us_per_row']:.2f} us/row")  # fmt: skip
+        print(f"DELETE cost: events {cost['events_us_per_row']:.3f} us/row, "
+              f"collectives {cost['collectives_us_per_row']:.3f} us/row")  # fmt: skip
         by_age = RetentionPolicy(retention_s=args.retention_min * 60.0, every_s=FOREVER_S)
         age = simulate(Path(tmp) / "age.db", args, by_age)
         show(f"age (--retention {args.retention_min}m)", age)

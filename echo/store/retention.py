@@ -63,12 +63,12 @@ class RetentionPolicy:
     """Most raw rows one step deletes."""
     first_rows: int = 5_000
     """Rows the first step of each table group may delete, before a step has measured the cost per row
-    (5,000 events rows take ~0.1-0.2 s with their primary key)."""
+    (5,000 rows fit the budget even at the slowest cost measured, a keyed ``events``: ~0.1 s)."""
     step_budget_s: float = 0.25
     """How long one step aims to hold the writer: the rows a step may delete follow the cost per row the
-    previous step measured, so a step stays a short transaction at any ingest rate. Deleting from
-    ``events`` costs ~20 us a row while its event_id primary key exists (docs/echo.md, "Retention"), so
-    this budget, not ``chunk_rows``, usually binds there."""
+    previous step measured, so a step stays a short transaction at any ingest rate and whatever a row
+    costs to delete (under 0.1 us for unkeyed tables, ~20 us for ``events`` while it had a primary key:
+    docs/echo.md, "Retention")."""
     first_span_s: float = 1.0
     """The time span of a pass's first step: small, since a second of a large job is ~20k rows."""
     size_low_water: float = 0.9
@@ -247,7 +247,7 @@ class Retention:
             # typed tables first, by whole minutes: cheap (no index), and the rollups stay one row a minute
             _Part("typed_oldest", "typed_count", TYPED_DELETES, cutoff - cutoff % MINUTE_NS, MINUTE_NS,
                   first_rows, MINUTE_NS, True),
-            # then events, whose primary key makes each deleted row cost: small chunks, any bound
+            # then events, in chunks of any bound (no rollup to keep whole), sized by the time budget
             _Part("events_oldest", "events_count", ("delete_events",), cutoff, int(p.first_span_s * NS),
                   first_rows),
         ]  # fmt: skip
