@@ -229,6 +229,26 @@ def test_the_writer_commits_between_the_steps_of_a_pass(tmp_path: Path) -> None:
         assert con.execute("SELECT count(*) FROM events WHERE timestamp_ns >= ?", [now]).fetchone() == (50,)
 
 
+def test_a_failing_pass_is_reported_and_the_writer_goes_on(tmp_path: Path) -> None:
+    """A step that fails ends its pass (its waiters get the error, the log says so); commits continue."""
+    now = time.time_ns()
+    with duckdb.connect(str(tmp_path / "w.db")) as con:
+        migrate(con)
+        writer = Writer(con.cursor(), Stats(), queue_rows=10_000, db_path=tmp_path / "w.db")
+        writer.use_retention(RetentionPolicy(3600.0, every_s=3600.0))
+        writer.start()
+        writer.retention_pass().result(timeout=60)  # after the pass at start
+        fill(con.cursor(), now - 2 * HOUR_NS, 100, NS)
+        con.cursor().execute("ALTER TABLE collective_rollup RENAME TO elsewhere")  # no rollup can be written
+        with pytest.raises(duckdb.CatalogException, match="collective_rollup"):
+            writer.retention_pass().result(timeout=60)
+        assert writer.submit(events_table(0, 10, now)).result(timeout=60) == 10
+        con.cursor().execute("ALTER TABLE elsewhere RENAME TO collective_rollup")
+        report = writer.retention_pass().result(timeout=60)  # the next pass does the work
+        writer.stop()
+        assert report.rows_deleted == 200 and writer.failed is None
+
+
 # --- the pass on a connection: sizes and limits -------------------------------------------------------
 
 

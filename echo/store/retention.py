@@ -2,10 +2,11 @@
 
 An always-on Echo would otherwise grow forever. A *pass* picks one cutoff (``--retention`` before Echo's
 clock, moved later while the store uses more than ``--max-db-size``), then works in bounded *steps*, each
-one short transaction on the writer's connection: roll up the raw collectives below the chunk's upper
-bound into ``collective_rollup`` and delete them, with the ``host_activity`` and ``events`` rows below
-the same bound, in the same transaction (so a collective is always counted once, raw or rolled up, and
-no acknowledged row younger than the cutoff is touched). Then rollups older than ``--rollup-retention``
+one short transaction on the writer's connection: first the typed copies by whole minutes (the raw
+collectives of those minutes rolled up into ``collective_rollup`` and deleted in the same transaction, so
+a collective is always counted once, raw or rolled up, with the ``host_activity`` rows of the same
+minutes), then ``events`` in chunks sized to a time budget. No statement touches a row at or after the
+cutoff, so no acknowledged row younger than it is lost. Then rollups older than ``--rollup-retention``
 go, and a CHECKPOINT turns the deleted row groups into free blocks, which later rows reuse.
 
 The writer thread runs the steps between its commits (:class:`rankecho.echo.store.writer.Writer`), so
