@@ -90,13 +90,13 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         """Overview of what Echo holds: clusters, nodes (with their ranks, event counts, last event and
         staleness in seconds: `stale_s` against Echo's clock, `behind_newest_s` against the newest event
         of any node, so a node that stopped reporting stands out), ranks (events, last event,
-        `behind_newest_s`, most lagging first: a rank stuck in a collective stops reporting), metrics
+        `behind_newest_s`, most lagging first: a rank stuck in a collective stops reporting), `retention`
+        (the raw range still stored, `raw_from_ns`..`raw_to_ns`, and the per-minute collective rollups
+        kept longer in table collective_rollup, `rollup_from_ns`..`rollup_to_ns`; the limits `retention_s`,
+        `max_db_bytes`, null when off), metrics
         with counts, the time range, and `spools`: nodes whose agent still holds points in its disk spool
-        (`spooled_points`, `oldest_age_s`), i.e. data not yet in Echo, and `retention`: the raw range
-        stored (`raw_from_ns`..`raw_to_ns`; older raw rows were deleted by `--retention` /
-        `--max-db-size`), the per-minute collective rollups kept longer (`rollup_from_ns`..`rollup_to_ns`,
-        table collective_rollup), and the limits (`retention_s`, `max_db_bytes`; null: off). `no_data`
-        says where data is when the window holds none. Call this first."""
+        (`spooled_points`, `oldest_age_s`), i.e. data not yet in Echo. `no_data` says where data is when
+        the window holds none. Call this first."""
         return _answer(lambda: inv.summary(window))
 
     @mcp.tool(name="fleet.cluster.find_stragglers", annotations=READ_ONLY)
