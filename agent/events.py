@@ -78,6 +78,8 @@ class OffCpuRecord:
 class ExitRecord:
     pid: int
     ts: int
+    status: int | None = None
+    """The status the process gave exit_group; None when it died another way (a signal)."""
 
 
 Record = CallRecord | InitRecord | OffCpuRecord | ExitRecord
@@ -107,7 +109,7 @@ def decode(raw: bytes) -> Record:
     if kind == KIND.OFFCPU:
         return OffCpuRecord(pid, tid, ts, ts2, a0, bool(extra), _fn(fn), a1)
     if kind == KIND.EXIT:
-        return ExitRecord(pid, ts)
+        return ExitRecord(pid, ts, a1 if a0 else None)
     raise ValueError(f"unknown record kind {kind}")
 
 

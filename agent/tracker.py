@@ -156,6 +156,7 @@ class Tracker:
             proc = self.procs.get(rec.pid)
             if proc is not None:
                 self._finish(proc)
+                self._exited(proc, rec)
 
     def _emit(self, proc: Proc | None, metric: str, ts: int, value: float | int,
               attrs: dict[str, AttrValue], tid: int = 0, chain: str | None = None) -> None:
@@ -488,6 +489,17 @@ class Tracker:
         if self.procs.get(proc.info.pid) is proc:
             del self.procs[proc.info.pid]
         self.exited[proc.info.pid] = proc
+
+    def _exited(self, proc: Proc, rec: ExitRecord) -> None:
+        """The exit of a rank (a process that used a communicator): Echo names the first rank to exit
+        while the job still needed it (a crash), with its status when the kernel showed it."""
+        if not proc.comms:
+            return
+        attrs: dict[str, AttrValue] = {}
+        if rec.status is not None:
+            attrs[c.EXIT_STATUS] = rec.status
+        status = -1 if rec.status is None else rec.status
+        self._emit(proc, c.M_PROCESS_EXIT, rec.ts, status, attrs, chain=proc.step_chain())
 
     def close(self) -> None:
         for proc in list(self.procs.values()):

@@ -53,6 +53,9 @@ class RankLog:
     """Wall-clock ns when the process entered main()."""
     done_ns: int = 0
     """Wall-clock ns after it destroyed its communicators; 0 if it never got there."""
+    failures: list[tuple[str, int, float]] = field(default_factory=list)
+    """(kind, step, value) of each hang, crash or desync that fired, logged before it acted (value: a
+    hang's ms, 0 for good; a crash's exit status; 0 for a desync)."""
 
     @property
     def finished(self) -> bool:
@@ -81,6 +84,8 @@ def parse_rank_log(text: str, rank: int) -> RankLog:
                 causes = tuple((kind, float(ms)) for kind, ms in (c.split(":") for c in parts[10].split(",")))
             k, start, enter, end, wait, loader, alloc, fwd, gpu = (int(p) for p in parts[1:10])
             log.steps.append(StepRecord(k, start, enter, end, wait, loader, alloc, fwd, gpu, causes))
+        elif parts[0] == "fault" and len(parts) == 4:
+            log.failures.append((parts[1], int(parts[2]), float(parts[3])))
         elif parts[0] == "done" and len(parts) == 2:
             log.done_ns = int(parts[1])
     return log
@@ -110,6 +115,21 @@ def communicator_members(logs: dict[int, RankLog]) -> list[dict[str, Any]]:
         {"name": name, "hash": h, "size": sizes[(name, h)], "members": [m[r] for r in sorted(m)]}
         for (name, h), m in sorted(groups.items())
     ]
+
+
+def failures(logs: dict[int, RankLog]) -> list[dict[str, Any]]:
+    """Every hang, crash and desync that really fired, by step then rank: the rank, the step whose first
+    collective it struck, and for a crash its exit status, for a hang its length (``null``: for good)."""
+    out: list[dict[str, Any]] = []
+    for rank, log in sorted(logs.items()):
+        for kind, step, value in log.failures:
+            entry: dict[str, Any] = {"kind": kind, "rank": rank, "step": step}
+            if kind == "crash":
+                entry["status"] = int(value)
+            elif kind == "hang":
+                entry["ms"] = value or None
+            out.append(entry)
+    return sorted(out, key=lambda e: (e["step"], e["rank"]))
 
 
 def build_ground_truth(
@@ -211,9 +231,11 @@ def build_ground_truth(
                 "every": f.every,
                 "start_step": f.start_step,
                 "jitter": f.jitter,
+                **({"status": f.status} if f.kind == "crash" else {}),
             }
             for f in scenario.faults
         ],
+        "failures": failures(logs),
         "per_step": steps_out,
         "stragglers_by_rank": summary,
         "observed": observed or [],

@@ -18,7 +18,11 @@ from typing import Any
 
 import yaml
 
-FAULT_KINDS = ("host_compute", "dataloader_stall", "cpu_contention", "slow_gpu", "alloc_stall")
+DELAY_KINDS = ("host_compute", "dataloader_stall", "cpu_contention", "slow_gpu", "alloc_stall")
+FAILURE_KINDS = ("hang", "crash", "desync")
+"""Fire once, at ``start_step``: hang (stop before the step's first collective for ``ms``, 0 or 'forever':
+until killed), crash (exit with ``status`` there), desync (that collective with twice the byte count)."""
+FAULT_KINDS = DELAY_KINDS + FAILURE_KINDS
 LOAD_MODES = ("linked", "dlopen")
 LAYOUTS = ("contiguous", "strided")
 
@@ -73,25 +77,36 @@ class Node:
 @dataclass(frozen=True)
 class Fault:
     """Inject ``ms`` (+- uniform ``jitter`` ms) of ``kind`` on ``rank`` (or on every rank of ``node``)
-    at steps ``start_step``, ``start_step + every``, ..."""
+    at steps ``start_step``, ``start_step + every``, ...; a failure kind (``FAILURE_KINDS``) once, at
+    ``start_step``."""
 
     kind: str
-    ms: float
+    ms: float = 0.0
     rank: int | None = None
     node: str | None = None
     every: int = 1
     start_step: int = 0
     jitter: float = 0.0
+    status: int = 1
+    """crash only: the exit status."""
+
+    @property
+    def ends_rank(self) -> bool:
+        """The rank never gets past ``start_step``: it exits there or hangs for good."""
+        return self.kind == "crash" or (self.kind == "hang" and self.ms == 0)
 
     def targets(self, rank: int, node_id: str) -> bool:
         return self.rank == rank or self.node == node_id
 
     def fires_at(self, step: int) -> bool:
+        if self.kind in FAILURE_KINDS:
+            return step == self.start_step
         return step >= self.start_step and (step - self.start_step) % self.every == 0
 
     def spec(self) -> str:
-        """The ``--fault`` argument simrank parses."""
-        return f"{self.kind}:{self.ms}:{self.every}:{self.start_step}:{self.jitter}"
+        """The ``--fault`` argument simrank parses (a crash carries its exit status in the ms slot)."""
+        ms = self.status if self.kind == "crash" else self.ms
+        return f"{self.kind}:{ms}:{self.every}:{self.start_step}:{self.jitter}"
 
 
 @dataclass(frozen=True)
@@ -221,7 +236,7 @@ def _communicator(i: int, raw: Any, world: int, seen: set[str]) -> Communicator:
 
 def _fault(i: int, raw: Any, world: int, steps: int, node_ids: set[str]) -> Fault:
     where = f"faults[{i}]"
-    d = _fields(where, raw, Fault, ("kind", "ms"))
+    d = _fields(where, raw, Fault, ("kind",))
     if ("rank" in d) == ("node" in d):
         raise ScenarioError(f"{where}: give exactly one of rank (one rank) or node (every rank of a node)")
     if "rank" in d:
@@ -231,7 +246,14 @@ def _fault(i: int, raw: Any, world: int, steps: int, node_ids: set[str]) -> Faul
     elif d["node"] not in node_ids:
         raise ScenarioError(f"{where}.node: {d['node']!r} is not one of the nodes {sorted(node_ids)}")
     d["kind"] = _choice(f"{where}.kind", d["kind"], FAULT_KINDS)
-    d["ms"] = float(_number(f"{where}.ms", d["ms"], positive=True))
+    if d["kind"] in FAILURE_KINDS:
+        _failure_fields(where, d, world)
+    else:
+        if "ms" not in d:
+            raise ScenarioError(f"{where}: missing required key(s) ['ms']")
+        if "status" in d:
+            raise ScenarioError(f"{where}.status: only a crash has an exit status; remove it")
+        d["ms"] = float(_number(f"{where}.ms", d["ms"], positive=True))
     if "every" in d:
         d["every"] = _number(f"{where}.every", d["every"], minimum=1, integer=True)
     if "start_step" in d:
@@ -244,6 +266,54 @@ def _fault(i: int, raw: Any, world: int, steps: int, node_ids: set[str]) -> Faul
     if steps and fault.start_step >= steps:
         raise ScenarioError(f"{where}.start_step: {fault.start_step} is past the last step ({steps - 1})")
     return fault
+
+
+def _failure_fields(where: str, d: dict[str, Any], world: int) -> None:
+    """hang, crash and desync fire once: refuse the settings that could never take effect."""
+    kind = d["kind"]
+    for key in ("every", "jitter"):
+        if key in d:
+            raise ScenarioError(
+                f"{where}.{key}: a {kind} fires once, at start_step; remove {key} (write one fault per step)"
+            )
+    if kind == "hang":
+        ms = d.get("ms", "forever")
+        d["ms"] = 0.0 if ms == "forever" else float(_number(f"{where}.ms", ms))
+    elif "ms" in d:
+        fix = "set status (the exit status) instead" if kind == "crash" else "remove it"
+        raise ScenarioError(f"{where}.ms: a {kind} takes no duration; {fix}")
+    if kind == "crash":
+        d["status"] = _number(f"{where}.status", d.get("status", 1), minimum=1, integer=True)
+        if d["status"] > 255:
+            raise ScenarioError(f"{where}.status: {d['status']} is not an exit status; pick 1..255")
+    elif "status" in d:
+        raise ScenarioError(f"{where}.status: only a crash has an exit status; remove it")
+    if kind == "desync" and world < 2:
+        raise ScenarioError(f"{where}: a desync needs another rank to disagree with; use at least 2 ranks")
+
+
+def _check_failures(sc: Scenario) -> None:
+    """Refuse what a crash or a hang for good makes impossible: a later fault on the same rank, or an
+    agent that would only start (or restart) after every rank passed a step some rank never finishes."""
+    for i, f in enumerate(sc.faults):
+        if not f.ends_rank:
+            continue
+        struck = set(sc.fault_ranks(f))
+        for j, g in enumerate(sc.faults):
+            if j != i and g.start_step > f.start_step and struck & set(sc.fault_ranks(g)):
+                raise ScenarioError(
+                    f"faults[{j}].start_step: {g.start_step} comes after faults[{i}] ({f.kind}) at step "
+                    f"{f.start_step} ends its rank; move it to step {f.start_step} or earlier, or drop it"
+                )
+        for node in sc.nodes:
+            for key, step in (("agent_start_after_step", sc.agent_start_step(node)),
+                              ("agent_restart_after_step", node.agent_restart_after_step)):  # fmt: skip
+                if step > 0 and f.start_step <= step:
+                    raise ScenarioError(
+                        f"{key}: {step} for {node.id} waits for every rank to finish step {step}, but "
+                        f"faults[{i}] ({f.kind}) stops a rank at step {f.start_step}; use a step "
+                        f"< {f.start_step} or 0"
+                    )
 
 
 def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
@@ -279,7 +349,9 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
     d["straggler_threshold_ms"] = float(
         _number("straggler_threshold_ms", d.get("straggler_threshold_ms", 50.0), positive=True)
     )
-    return Scenario(**d)
+    scenario = Scenario(**d)
+    _check_failures(scenario)
+    return scenario
 
 
 def load_scenario(path: Path) -> Scenario:

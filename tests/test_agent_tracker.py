@@ -146,6 +146,27 @@ def test_exit_flushes_pending_and_a_reused_pid_is_a_new_process() -> None:
     assert keys == [(r.pid, 99)]
 
 
+def test_a_rank_exit_is_a_point_with_its_status_when_known() -> None:
+    r = Rank(2, 4)
+    r.init()
+    r.step(10 * MS, 20 * MS)
+    r.t.handle(ExitRecord(r.pid, 30 * MS, 7))
+    [exit_point] = r.metric(c.M_PROCESS_EXIT)
+    assert exit_point.value == 7 and exit_point.attributes[c.EXIT_STATUS] == 7
+    # It names the step the rank never entered: the instance after its last collective.
+    [coll] = r.metric(c.M_COLLECTIVE)
+    assert exit_point.attributes[c.CAUSAL_CHAIN_ID] == c.causal_chain_id(coll.attributes[c.COMM_ID], 1)
+    killed = Rank(1, 4, pid=200)
+    killed.init()
+    killed.t.handle(ExitRecord(killed.pid, 30 * MS))  # a signal: no exit_group, status unknown
+    [point] = killed.metric(c.M_PROCESS_EXIT)
+    assert point.value == -1 and c.EXIT_STATUS not in point.attributes
+    helper = Rank(0, 1, pid=300)  # a process that never used a communicator is not a rank's exit
+    helper.call(FN.MALLOC, 1 * MS, 2 * MS)
+    helper.t.handle(ExitRecord(helper.pid, 3 * MS, 0))
+    assert helper.metric(c.M_PROCESS_EXIT) == []
+
+
 def test_offcpu_and_launch_windows() -> None:
     r = Rank(0, 1)
     r.init()

@@ -34,6 +34,7 @@ TOOLS = {
     "fleet.cluster.find_stragglers",
     "fleet.cluster.explain_straggler",
     "fleet.cluster.timeline",
+    "fleet.cluster.find_hangs",
 }
 LAST_NS = START_NS + (ROWS - 1) * STEP_NS
 NOW_NS = LAST_NS + 30 * 10**9
@@ -328,3 +329,9 @@ def test_every_tool_answers_on_an_empty_store(tmp_path: Path, tool: str, args: d
     assert out.get("truncated") is False
     assert not out.get("nodes") and not out.get("events") and not out.get("outliers")
     empty.close()
+
+
+def test_find_hangs_on_a_job_without_failures_names_none(con: duckdb.DuckDBPyConnection) -> None:
+    out = call(con, "fleet.cluster.find_hangs", {"window": "last 5m"})
+    assert (out["hangs"], out["crashes"], out["desyncs"]) == ([], [], [])
+    assert out["verdict"] == "no hang, crash or desync" and out["truncated"] is False

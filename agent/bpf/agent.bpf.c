@@ -48,6 +48,7 @@ BPF_TABLE("lru_hash", u32, struct rk_init_event, inits, 1024); /* tid -> pending
 BPF_TABLE("lru_hash", u32, u16, in_flight, MAX_THREADS);       /* tid -> fn */
 BPF_TABLE("lru_hash", u32, struct offcpu, offstart, MAX_THREADS);
 BPF_TABLE("lru_hash", u32, struct launch_count, launches, MAX_THREADS); /* cumulative per tid */
+BPF_TABLE("lru_hash", u32, u32, exit_codes, 4096);          /* tgid -> status given to exit_group */
 BPF_PERCPU_ARRAY(drops, u64, 1);
 
 #define ARG1 PT_REGS_PARM1(ctx)
@@ -266,6 +267,19 @@ TRACEPOINT_PROBE(sched, sched_wakeup)
     return 0;
 }
 
+/* The status a target passes to exit_group (exit(), _exit(), returning from main): the only place it is
+ * readable without a kernel struct read (task->exit_code's offset is wrong with these headers). A
+ * process killed by a signal never calls it, so its exit record says "unknown". */
+TRACEPOINT_PROBE(syscalls, sys_enter_exit_group)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (!targets.lookup(&tgid))
+        return 0;
+    u32 code = (u32)args->error_code & 0xff;
+    exit_codes.update(&tgid, &code);
+    return 0;
+}
+
 TRACEPOINT_PROBE(sched, sched_process_exit)
 {
     u64 id = bpf_get_current_pid_tgid();
@@ -281,6 +295,12 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     e.pid = tgid;
     e.tid = tid;
     e.kind = KIND_EXIT;
+    u32 *code = exit_codes.lookup(&tgid);
+    if (code) {
+        e.a0 = 1; /* a1 holds the exit status */
+        e.a1 = *code;
+        exit_codes.delete(&tgid);
+    }
     submit(&e, sizeof(e));
     return 0;
 }

@@ -18,7 +18,8 @@ enum rk_kind {
 /* 72 bytes. KIND_CALL: ts = enter, ts2 = return, a0..a3 per function (see agent/events.py),
  * launches = the calling thread's cumulative cudaLaunchKernel count at entry.
  * KIND_OFFCPU: ts = switch-out, ts2 = switch-in, a0 = wakeup ts (0 if preempted), extra = state
- * (1 sleeping, 0 preempted), fn = call in flight. KIND_EXIT: ts = exit time. */
+ * (1 sleeping, 0 preempted), fn = call in flight. KIND_EXIT: ts = exit time, a0 = 1 when a1 holds the
+ * status given to exit_group (0: unknown, e.g. killed by a signal). */
 struct rk_event {
     __u64 ts;
     __u64 ts2;

@@ -127,6 +127,30 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         clusters and times there is (an empty answer is then not a healthy job)."""
         return _answer(lambda: inv.diagnosis.find_stragglers(window, cluster_id, min_late_ms))
 
+    @mcp.tool(name="fleet.cluster.find_hangs", annotations=READ_ONLY)
+    def find_hangs(
+        window: Window = None,
+        cluster_id: str | None = None,
+        min_open_s: Annotated[
+            float | None,
+            Field(
+                ge=0,
+                description="Call an open collective a hang after this many seconds. Omit for the job's own "
+                "threshold: max(30 s, 10 typical steps).",
+            ),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Failures that stop a job rather than slow it, first of each kind first. hangs: collective instances
+        some ranks entered and none completed, open longer than the threshold now, with who entered
+        (entered), who never did and is still alive (missing: the hung ranks), who exited, since when and
+        open_s. crashes: rank processes that exited while the job still needed them (non-zero exit status,
+        or an instance left open), with the exit status when the process called exit (null: a signal),
+        the instance it was to enter next and who had entered it; first = the earliest exit, the crash
+        (later ones are usually peers aborting). desyncs: instances whose ranks issued different collectives
+        (op or byte count) at the same sequence number, the usual call, the odd ranks' calls and
+        first_rank. verdict sums it up ('no hang, crash or desync' on a healthy job)."""
+        return _answer(lambda: inv.failures.find_hangs(window, cluster_id, min_open_s))
+
     @mcp.tool(name="fleet.cluster.explain_straggler", annotations=READ_ONLY)
     def explain_straggler(
         node_id: str,

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from rankecho.echo.guard import Refused, check_sql, safe_message
 from rankecho.echo.mcp.coverage import no_data_message
 from rankecho.echo.mcp.diagnosis import Diagnosis
+from rankecho.echo.mcp.failures import Failures
 from rankecho.echo.mcp.rates import Rates
 from rankecho.echo.mcp.sanitize import cap_rows, clean_text, json_safe, parse_attrs
 from rankecho.echo.mcp.timeline import Timeline
@@ -68,6 +69,8 @@ class Investigation:
         self._clock_ns = clock_ns
         self.diagnosis = Diagnosis(self)
         """find_stragglers, explain_straggler and the stall costs, on this investigation's reader."""
+        self.failures = Failures(self, clock_ns)
+        """find_hangs: open hangs (at the clock's now), crashes and desyncs."""
         self.timeline = Timeline(self)
         """The cross-rank timeline and lateness heat map the report and fleet.cluster.timeline show."""
 

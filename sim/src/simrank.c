@@ -250,8 +250,9 @@ static void setup(struct rank *r) {
 }
 
 /* Faults that strike right before the step's first collective. */
-static void before_collective(const struct cfg *c, const double *fired) {
+static void before_collective(const struct cfg *c, const double *fired, int step) {
     for (int i = 0; i < c->nfaults; i++) {
+        if (fault_fires(&c->faults[i], step)) fail_before_collective(&c->faults[i], step);
         if (fired[i] <= 0) continue;
         if (c->faults[i].kind == F_HOST_COMPUTE) sim_spin_until(sim_now_ns() + (int64_t)(fired[i] * 1e6));
         if (c->faults[i].kind == F_CPU_CONTENTION) preempt_by_neighbor(fired[i]);
@@ -266,12 +267,14 @@ static void run_step(struct rank *r, int step) {
     double kernel_us = c->compute_us / c->kernels, host_per_kernel = c->host_us / c->kernels;
     uint64_t bucket_count = c->allreduce_bytes / (uint64_t)c->buckets / 2; /* bf16 elements */
     double fired[MAX_FAULTS], slow = 1.0;
+    uint64_t desync = 1; /* the first bucket's count multiplier: 2 when a desync fault fires */
     char causes[512] = "";
     for (int i = 0; i < c->nfaults; i++) {
         fired[i] = fault_ms_at(&c->faults[i], i, c->rank, step, c->seed);
         if (fired[i] > 0)
             snprintf(causes + strlen(causes), sizeof causes - strlen(causes), "%s%s:%.3f", *causes ? "," : "",
                      fault_name(c->faults[i].kind), fired[i]);
+        if (c->faults[i].kind == F_DESYNC && fault_fires(&c->faults[i], step)) desync = 2;
         if (fired[i] > 0 && c->faults[i].kind == F_SLOW_GPU) slow += fired[i] * 1000.0 / c->compute_us;
     }
     int64_t start = sim_realtime_ns();
@@ -298,11 +301,12 @@ static void run_step(struct rank *r, int step) {
         launch(a, kernel_bwd, kernel_us, host_per_kernel, r->stream);
         for (; b < (k + 1) * c->buckets / n_bwd; b++) { /* bucket b's gradients are ready */
             if (b == 0) {
-                before_collective(c, fired);
+                before_collective(c, fired, step);
                 enter = sim_realtime_ns();
                 check(a->cudaEventRecord(r->coll_event, r->stream), "cudaEventRecord");
             }
-            check(a->ncclAllReduce(r->batch, r->batch, bucket_count, ncclBfloat16, ncclSum, r->world, r->stream),
+            check(a->ncclAllReduce(r->batch, r->batch, bucket_count * (b == 0 ? desync : 1), ncclBfloat16, ncclSum,
+                                   r->world, r->stream),
                   "ncclAllReduce");
         }
     }

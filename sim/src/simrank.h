@@ -37,7 +37,20 @@ struct api {
 #undef SIMRANK_FIELD
 };
 
-enum fault_kind { F_HOST_COMPUTE, F_DATALOADER_STALL, F_CPU_CONTENTION, F_SLOW_GPU, F_ALLOC_STALL, F_NKINDS };
+/* F_HANG, F_CRASH and F_DESYNC are failures, not delays: they fire once, at start_step. F_HANG stops the rank
+ * before the step's first collective for `ms` (0: until killed); F_CRASH exits with status `ms`; F_DESYNC issues
+ * the step's first collective with twice the byte count. */
+enum fault_kind {
+    F_HOST_COMPUTE,
+    F_DATALOADER_STALL,
+    F_CPU_CONTENTION,
+    F_SLOW_GPU,
+    F_ALLOC_STALL,
+    F_HANG,
+    F_CRASH,
+    F_DESYNC,
+    F_NKINDS
+};
 
 struct fault {
     enum fault_kind kind;
@@ -78,6 +91,8 @@ struct cfg {
 const char *fault_name(enum fault_kind k);
 int fault_parse(const char *spec, struct fault *out); /* "kind:ms:every:start_step:jitter_ms" */
 double fault_ms_at(const struct fault *f, int index, int rank, int step, unsigned seed);
+int fault_fires(const struct fault *f, int step); /* a failure kind: 1 at its one step */
+void fail_before_collective(const struct fault *f, int step); /* hang or crash, logged first */
 void wait_off_cpu(double ms);
 void preempt_by_neighbor(double ms); /* needs neighbor_start() first */
 int neighbor_start(void);

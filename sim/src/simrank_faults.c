@@ -6,6 +6,10 @@
  *                   SCHED_FIFO priority, so the rank's thread is runnable but preempted
  * slow_gpu          the rank's kernels run slower (launches identical, syncs longer)
  * alloc_stall       a free/malloc cycle over a block cache, each cudaMalloc slow (see simrank.c)
+ * hang              stops before the step's first collective, asleep in ppoll(), for `ms` (0: until killed)
+ * crash             _exit()s with status `ms` before the step's first collective (no goodbye to the hub)
+ * desync            the step's first collective carries twice the byte count (the hub then aborts the job)
+ * The last three fire once, at start_step, and log a `fault KIND STEP VALUE` line before acting.
  */
 #define _GNU_SOURCE
 #include <poll.h>
@@ -23,7 +27,7 @@
 #include "simrank.h"
 
 static const char *const NAMES[F_NKINDS] = {"host_compute", "dataloader_stall", "cpu_contention", "slow_gpu",
-                                            "alloc_stall"};
+                                            "alloc_stall",  "hang",             "crash",          "desync"};
 
 const char *fault_name(enum fault_kind k) { return (unsigned)k < F_NKINDS ? NAMES[k] : "?"; }
 
@@ -51,12 +55,30 @@ static uint64_t mix(uint64_t z) {
 
 /* Milliseconds fault `f` injects at `step` (0 when it does not fire); jitter is deterministic. */
 double fault_ms_at(const struct fault *f, int index, int rank, int step, unsigned seed) {
+    if (f->kind == F_HANG || f->kind == F_CRASH || f->kind == F_DESYNC) /* once; only a timed hang delays */
+        return f->kind == F_HANG && fault_fires(f, step) ? f->ms : 0;
     if (step < f->start_step || (step - f->start_step) % f->every != 0) return 0;
     uint64_t h = mix(((uint64_t)seed << 40) ^ ((uint64_t)(unsigned)rank << 24) ^ ((uint64_t)index << 20) ^
                      (uint64_t)(unsigned)step);
     double u = (double)(h >> 11) / (double)(1ULL << 53); /* [0, 1) */
     double ms = f->ms + f->jitter_ms * (2.0 * u - 1.0);
     return ms > 0 ? ms : 0;
+}
+
+int fault_fires(const struct fault *f, int step) {
+    return (f->kind == F_HANG || f->kind == F_CRASH || f->kind == F_DESYNC) && step == f->start_step;
+}
+
+void fail_before_collective(const struct fault *f, int step) {
+    printf("fault %s %d %g\n", fault_name(f->kind), step, f->ms);
+    fflush(stdout);
+    if (f->kind == F_CRASH) _exit((int)f->ms); /* no atexit handlers, no goodbye to the hub: a crash */
+    if (f->kind != F_HANG) return;
+    if (f->ms > 0) {
+        wait_off_cpu(f->ms);
+        return;
+    }
+    for (;;) wait_off_cpu(1000.0); /* for good: like a deadlocked loader; the launcher kills it */
 }
 
 void wait_off_cpu(double ms) {

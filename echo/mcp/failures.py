@@ -1,0 +1,150 @@
+"""Hangs, crashes and desyncs: failures that stop a job rather than slow it (``fleet.cluster.find_hangs``).
+
+A straggler arrives late; these never arrive (a hang), leave (a crash) or arrive at a different collective
+(a desync). The analysis is named SQL (``echo/queries/layers/60_failures.sql``, thresholds in
+``rk_failure_tuning``); this module turns its rows into bounded answers with one sentence each, for the MCP
+tool and for ``rankecho diagnose``, which prints them before the stragglers.
+
+Usage::
+
+    f = Failures(investigation)
+    f.find_hangs("last 10m")["hangs"][0]["summary"]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rankecho.echo.mcp.diagnosis import DiagnosisError
+from rankecho.echo.mcp.windows import iso
+
+if TYPE_CHECKING:
+    from rankecho.echo.mcp.tools import Investigation
+
+MAX_FAILURES = 50
+"""Rows returned per kind (oldest first); the answer says when more exist."""
+
+
+class Failures:
+    """find_hangs over one :class:`Investigation` (its reader, windows, limits and clock)."""
+
+    def __init__(self, inv: Investigation, clock_ns: Callable[[], int]) -> None:
+        self._inv = inv
+        self._clock_ns = clock_ns
+
+    def find_hangs(
+        self, window: str | None = None, cluster_id: str | None = None, min_open_s: float | None = None
+    ) -> dict[str, Any]:
+        """Open hangs now, crashes and desyncs in the window; ``min_open_s`` overrides the hang threshold."""
+        if min_open_s is not None and not min_open_s >= 0:
+            raise DiagnosisError(
+                "min_open_s must be a number of seconds >= 0 (omit it for the job's own threshold)"
+            )
+        w = self._inv.window(window)
+        bounds: dict[str, Any] = {"start_ns": w.start_ns, "end_ns": w.end_ns, "cluster_id": cluster_id}
+        now_ns = self._clock_ns()
+        min_open_ns = None if min_open_s is None else round(min_open_s * 1e9)
+        hangs, hangs_cut = self._rows("find_open_hangs", now_ns=now_ns, min_open_ns=min_open_ns, **bounds)
+        crashes, crashes_cut = self._rows("find_crashes", **bounds)
+        desyncs, desyncs_cut = self._rows("find_desyncs", **bounds)
+        answer = {
+            "window": w.describe(),
+            "now": iso(now_ns),
+            "hangs": [_hang(r) for r in hangs],
+            "crashes": [_crash(r, crashes) for r in crashes],
+            "desyncs": [_desync(r) for r in desyncs],
+            "truncated": hangs_cut or crashes_cut or desyncs_cut,
+        }
+        answer["verdict"] = verdict(answer)
+        return answer
+
+    def _rows(self, name: str, **params: Any) -> tuple[list[dict[str, Any]], bool]:
+        return self._inv.records(self._inv.run_named(name, max_rows=MAX_FAILURES, **params))
+
+
+def verdict(answer: dict[str, Any]) -> str:
+    """One line: the first failure of each kind, or that there is none."""
+    parts = [
+        f"{len(answer[kind])} {kind}" + (f" (first: {answer[kind][0]['summary']})" if answer[kind] else "")
+        for kind in ("hangs", "crashes", "desyncs")
+        if answer[kind]
+    ]
+    return "; ".join(parts) if parts else "no hang, crash or desync"
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+
+
+def _hang(r: dict[str, Any]) -> dict[str, Any]:
+    open_s = round(r["open_ns"] / 1e9, 1)
+    summary = (
+        f"{r['causal_chain_id']} ({r['op']}): {_ranks(r['entered'])} entered {open_s} s ago, "
+        f"{_ranks(r['missing'])} never did"
+    )
+    if r["exited"]:
+        summary += f" ({_ranks(r['exited'])} exited)"
+    return {
+        "cluster_id": r["cluster_id"],
+        "causal_chain_id": r["causal_chain_id"],
+        "comm_id": r["comm_id"],
+        "seq": r["seq"],
+        "op": r["op"],
+        "since": iso(r["first_enter_ns"]),
+        "since_ns": r["first_enter_ns"],
+        "open_s": open_s,
+        "entered": r["entered"],
+        "missing": r["missing"],
+        "exited": r["exited"],
+        "unseen_ranks": r["unseen"],
+        "threshold_s": round(r["threshold_ns"] / 1e9, 1),
+        "step_ms": None if r["step_ns"] is None else round(r["step_ns"] / 1e6, 1),
+        "summary": summary,
+    }
+
+
+def _crash(r: dict[str, Any], all_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    status = "unknown status (a signal?)" if r["status"] is None else f"status {r['status']}"
+    others = [x for x in r["entered_by"] if x != r["rank"]]
+    where = f" while {r['step_chain']} was open ({_ranks(others)} had entered)" if others else ""
+    if r["first"]:
+        later = sum(1 for x in all_rows if x["cluster_id"] == r["cluster_id"] and not x["first"])
+        order = f"first to exit; {later} more after it" if later else "first to exit"
+    else:
+        order = "after the first"
+    return {
+        "cluster_id": r["cluster_id"],
+        "node_id": r["node_id"],
+        "rank": r["rank"],
+        "pid": r["pid"],
+        "at": iso(r["exit_ns"]),
+        "timestamp_ns": r["exit_ns"],
+        "status": r["status"],
+        "first": r["first"],
+        "causal_chain_id": r["step_chain"],
+        "entered_by": others,
+        "left_unfinished": r["left_unfinished"],
+        "summary": f"rank {r['rank']} ({r['node_id']}) exited with {status}{where}: {order}",
+    }
+
+
+def _desync(r: dict[str, Any]) -> dict[str, Any]:
+    odd = r["odd_calls"] or []
+    first = odd[0] if odd else {}
+    return {
+        "cluster_id": r["cluster_id"],
+        "causal_chain_id": r["causal_chain_id"],
+        "comm_id": r["comm_id"],
+        "seq": r["seq"],
+        "at": iso(r["first_enter_ns"]),
+        "ranks": r["ranks"],
+        "usual": {"op": r["usual_op"], "bytes": r["usual_bytes"]},
+        "first_rank": r["first_rank"],
+        "odd_calls": odd,
+        "summary": (
+            f"{r['causal_chain_id']}: rank {r['first_rank']} issued {first.get('op')} of "
+            f"{first.get('bytes')} bytes where {r['ranks'] - len(odd)} of {r['ranks']} ranks issued "
+            f"{r['usual_op']} of {r['usual_bytes']} bytes"
+        ),
+    }

@@ -1,0 +1,110 @@
+"""Hangs, crashes and desyncs end to end: the scenarios of sim/scenarios/failures run with one real agent
+per node into a real Echo, and fleet.cluster.find_hangs names each failure with the right rank (the hang
+while the job is stuck), and nothing on the healthy control."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import inproc_echo
+from echo_helpers import TEST_TOKEN
+from test_agent_helpers import requires_ebpf, sim_built
+
+from rankecho.echo.app import Echo
+from rankecho.echo.mcp.rates import load_rates
+from rankecho.echo.mcp.tools import Investigation
+from rankecho.sim.groundtruth import parse_rank_log, rank_log_path
+from rankecho.sim.launcher import LaunchOptions, RunResult, run_scenario
+from rankecho.sim.scenario import Scenario, load_scenario
+
+pytestmark = [requires_ebpf, pytest.mark.ebpf]
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "sim" / "scenarios" / "failures"
+HANG_OPEN_S = 3.0
+"""The hang threshold the test asks for (the job's own is max(30 s, 10 steps)): the ranks that entered
+show up ~10 s after the hang (the agent's pending timeout), so this keeps the test short."""
+
+
+@pytest.fixture(scope="module")
+def echo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Echo]:
+    sim_built()
+    with inproc_echo(tmp_path_factory.mktemp("failures") / "echo.db") as e:
+        yield e
+
+
+def run(echo: Echo, name: str, tmp: Path, timeout_s: float = 60) -> tuple[Scenario, RunResult]:
+    scenario = load_scenario(SCENARIOS / f"{name}.yaml")
+    opts = LaunchOptions(run_dir=tmp, agent_endpoint=echo.grpc_address, token=TEST_TOKEN, timeout_s=timeout_s,
+                         progress=None)  # fmt: skip
+    return scenario, run_scenario(scenario, opts)
+
+
+def failures(echo: Echo, cluster_id: str, **kw: Any) -> dict[str, Any]:
+    return Investigation(echo.reader, load_rates()).failures.find_hangs(cluster_id=cluster_id, **kw)
+
+
+def test_healthy_control_names_nothing(echo: Echo, tmp_path: Path) -> None:
+    scenario, result = run(echo, "healthy", tmp_path)
+    assert result.returncode == 0
+    found = failures(echo, scenario.cluster_id, min_open_s=HANG_OPEN_S)
+    assert (found["hangs"], found["crashes"], found["desyncs"]) == ([], [], []), found
+
+
+def test_crash_names_the_first_rank_to_exit_with_its_status(echo: Echo, tmp_path: Path) -> None:
+    scenario, result = run(echo, "crash", tmp_path)
+    assert result.returncode == 1 and result.truth is not None
+    assert result.truth["failures"] == [{"kind": "crash", "rank": 2, "step": 3, "status": 7}]
+    found = failures(echo, scenario.cluster_id)
+    first = [c for c in found["crashes"] if c["first"]]
+    assert [(c["rank"], c["status"]) for c in first] == [(2, 7)], found
+    assert {c["status"] for c in found["crashes"] if not c["first"]} <= {70}  # its peers' aborts, later
+    assert found["hangs"] == [] and found["desyncs"] == []
+
+
+def test_desync_names_the_rank_with_the_other_byte_count(echo: Echo, tmp_path: Path) -> None:
+    scenario, result = run(echo, "desync", tmp_path)
+    assert result.returncode == 1 and result.truth is not None
+    assert result.truth["failures"] == [{"kind": "desync", "rank": 1, "step": 3}]
+    found = failures(echo, scenario.cluster_id)
+    [desync] = found["desyncs"]
+    assert desync["first_rank"] == 1, found
+    assert [c["bytes"] for c in desync["odd_calls"]] == [2 * desync["usual"]["bytes"]]
+    assert found["crashes"] == [] and found["hangs"] == []  # the aborts are the desync's consequence
+
+
+def test_hang_is_named_live_with_the_missing_rank(echo: Echo, tmp_path: Path) -> None:
+    seen: dict[str, Any] = {}
+    done = threading.Event()
+
+    def watch() -> None:
+        """While the job is stuck: ask until the hang is named, then kill the hung rank to end the run."""
+        while not done.wait(1.0):
+            found = failures(echo, "sim-fail-hang", min_open_s=HANG_OPEN_S)
+            if found["hangs"]:
+                seen.update(found)
+                log = parse_rank_log(rank_log_path(tmp_path, "node-b", 3).read_text(), 3)
+                os.kill(log.pid, signal.SIGKILL)
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    started = time.monotonic()
+    try:
+        _, result = run(echo, "hang", tmp_path, timeout_s=90)
+    finally:
+        done.set()
+        watcher.join(10)
+    assert result.truth is not None
+    assert result.truth["failures"] == [{"kind": "hang", "rank": 3, "step": 3, "ms": None}]
+    assert seen, f"no hang named within {time.monotonic() - started:.0f} s"
+    assert {tuple(h["missing"]) for h in seen["hangs"]} == {(3,)}, seen
+    world = [h for h in seen["hangs"] if h["entered"] == [0, 1, 2]]
+    assert world, seen  # the world all-reduce: ranks 0-2 entered, rank 3 never did
+    assert seen["crashes"] == [] and seen["desyncs"] == []

@@ -1,0 +1,189 @@
+"""Hangs, crashes and desyncs (echo/queries/layers/60_failures.sql, fleet.cluster.find_hangs) on agent
+events written as the agent sends them and staged by Echo's own staging, in a real DuckDB store."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from rankecho.echo.mcp.diagnosis import DiagnosisError
+from rankecho.echo.mcp.rates import load_rates
+from rankecho.echo.mcp.tools import Investigation
+from rankecho.echo.store.migrate import migrate
+from rankecho.echo.store.reader import Reader
+from rankecho.echo.store.staging import backfill
+from rankecho.shared import contract as c
+
+T0 = 1_800_000_000_000_000_000
+STEP_NS = 100_000_000
+WORLD = 4
+COMM = "w0rld"
+
+
+class Job:
+    """A 4-rank job's events: collectives step by step, exits; written to the store by ``write``."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def collective(
+        self, rank: int, seq: int, done: bool = True, nbytes: int = 1024, op: str = "ncclAllReduce",
+        late_ns: int = 0,
+    ) -> None:
+        enter = T0 + seq * STEP_NS + late_ns
+        attrs: dict[str, Any] = {c.COMM_ID: COMM, c.SEQ: seq, c.SEQ_ALIGNED: True, c.OP: op, c.BYTES: nbytes,
+                                 c.COMM_RANK: rank, c.COMM_NRANKS: WORLD, c.ENTER_NS: enter,
+                                 c.RETURN_NS: enter + 10_000, c.PROCESS_PID: 100 + rank}  # fmt: skip
+        if done:
+            attrs[c.COMPLETE_NS] = T0 + seq * STEP_NS + 5_000_000
+        self._add(rank, c.M_COLLECTIVE, enter, attrs, f"{COMM}:{seq}", value_double=5.0)
+
+    def steps(self, n: int, ranks: range = range(WORLD)) -> None:
+        for seq in range(n):
+            for rank in ranks:
+                self.collective(rank, seq)
+
+    def exit(self, rank: int, at_seq: float, status: int | None) -> None:
+        attrs: dict[str, Any] = {c.PROCESS_PID: 100 + rank}
+        if status is not None:
+            attrs[c.EXIT_STATUS] = status
+        at = T0 + round(at_seq * STEP_NS)
+        self._add(rank, c.M_PROCESS_EXIT, at, attrs, f"{COMM}:{int(at_seq)}",
+                  value_int=-1 if status is None else status)  # fmt: skip
+
+    def _add(self, rank: int, metric: str, ts: int, attrs: dict[str, Any], chain: str, **value: Any) -> None:
+        attrs[c.CAUSAL_CHAIN_ID] = chain
+        self.events.append({"event_id": f"e{len(self.events)}", "timestamp_ns": ts, "received_ns": ts,
+                            "signal": "metric", "cluster_id": "c1", "node_id": f"n{rank // 2}",
+                            "metric_name": metric, "rank": rank, "nranks": WORLD,
+                            "value_double": value.get("value_double"), "value_int": value.get("value_int"),
+                            "causal_chain_id": chain, "attrs_json": json.dumps(attrs)})  # fmt: skip
+
+    def write(self, con: duckdb.DuckDBPyConnection) -> None:
+        if not self.events:
+            return
+        con.execute("CREATE TEMP TABLE src AS SELECT * FROM events LIMIT 0")
+        cols = list(self.events[0])
+        con.executemany(f"INSERT INTO src ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                        [[e[k] for k in cols] for e in self.events])  # fmt: skip
+        con.execute("INSERT INTO events SELECT * FROM src")
+        backfill(con, "src")
+        con.execute("DROP TABLE src")
+
+
+@pytest.fixture
+def con() -> Iterator[duckdb.DuckDBPyConnection]:
+    with duckdb.connect(":memory:") as connection:
+        migrate(connection)
+        yield connection
+
+
+def find(con: duckdb.DuckDBPyConnection, job: Job, now_ns: int, **kw: Any) -> dict[str, Any]:
+    job.write(con)
+    return Investigation(Reader(con), load_rates(), clock_ns=lambda: now_ns).failures.find_hangs(**kw)
+
+
+def test_healthy_job_that_ends_normally_names_nothing(con: duckdb.DuckDBPyConnection) -> None:
+    job = Job()
+    job.steps(20)
+    for rank in range(WORLD):
+        job.exit(rank, 20.5, 0)
+    answer = find(con, job, T0 + 3600 * 10**9)
+    assert (answer["hangs"], answer["crashes"], answer["desyncs"]) == ([], [], [])
+    assert answer["verdict"] == "no hang, crash or desync"
+
+
+def test_hang_named_once_older_than_the_threshold_with_who_entered_and_who_did_not(
+    con: duckdb.DuckDBPyConnection,
+) -> None:
+    job = Job()
+    job.steps(20)
+    for rank in (0, 1, 3):  # rank 2 never reaches seq 20; the others wait, and no sync completes it
+        job.collective(rank, 20, done=False)
+    opened = T0 + 20 * STEP_NS
+    assert find(con, job, opened + 29 * 10**9)["hangs"] == []  # 30 s minimum (steps are 0.1 s)
+    answer = find(con, Job(), opened + 31 * 10**9)
+    [hang] = answer["hangs"]
+    assert (hang["causal_chain_id"], hang["entered"], hang["missing"], hang["exited"]) == (
+        f"{COMM}:20", [0, 1, 3], [2], []
+    )
+    assert hang["threshold_s"] == 30.0 and hang["step_ms"] == 100.0 and hang["open_s"] == 31.0
+    assert "rank 2 never did" in hang["summary"] and answer["verdict"].startswith("1 hangs")
+    assert answer["crashes"] == [] and answer["desyncs"] == []
+    shorter = Investigation(Reader(con), load_rates(), clock_ns=lambda: opened + 5 * 10**9).failures
+    assert [h["missing"] for h in shorter.find_hangs(min_open_s=4)["hangs"]] == [[2]]
+    with pytest.raises(DiagnosisError):
+        shorter.find_hangs(min_open_s=-1)
+
+
+def test_crash_names_the_first_rank_to_exit_and_its_status(con: duckdb.DuckDBPyConnection) -> None:
+    job = Job()
+    job.steps(10)
+    job.exit(2, 10.2, 7)  # rank 2 dies before seq 10; the others enter it and abort (status 70)
+    for rank in (0, 1, 3):
+        job.collective(rank, 10, done=False)
+        job.exit(rank, 10.3, 70)
+    answer = find(con, job, T0 + 3600 * 10**9)
+    first = answer["crashes"][0]
+    assert (first["rank"], first["status"], first["first"]) == (2, 7, True)
+    assert first["causal_chain_id"] == f"{COMM}:10" and first["entered_by"] == [0, 1, 3]
+    later = answer["crashes"][1:]
+    assert [x["rank"] for x in later] == [0, 1, 3] and not any(x["first"] for x in later)
+    assert answer["hangs"] == []  # the missing rank exited: a crash, not a hang
+
+
+def test_a_killed_rank_with_unknown_status_is_a_crash_only_if_the_job_went_on(
+    con: duckdb.DuckDBPyConnection,
+) -> None:
+    job = Job()
+    job.steps(10)
+    job.exit(1, 10.1, None)  # killed: no status; nobody entered seq 10, its next
+    assert find(con, job, T0 + 3600 * 10**9)["crashes"] == []
+    later = Job()
+    later.collective(0, 10, done=False)  # ... but now rank 0 entered the instance rank 1 never reached
+    crashes = find(con, later, T0 + 3600 * 10**9)["crashes"]
+    assert [(x["rank"], x["status"], x["first"]) for x in crashes] == [(1, None, True)]
+
+
+def test_desync_names_the_odd_rank_and_hides_the_aborts_it_caused(con: duckdb.DuckDBPyConnection) -> None:
+    job = Job()
+    job.steps(5)
+    for rank in range(WORLD):
+        job.collective(rank, 5, done=False, nbytes=2048 if rank == 3 else 1024, late_ns=rank * 1000)
+        job.exit(rank, 5.2, 70)
+    answer = find(con, job, T0 + 3600 * 10**9)
+    [desync] = answer["desyncs"]
+    assert (desync["first_rank"], desync["ranks"]) == (3, 4)
+    assert desync["usual"] == {"op": "ncclAllReduce", "bytes": 1024}
+    assert [(x["rank"], x["bytes"]) for x in desync["odd_calls"]] == [(3, 2048)]
+    assert answer["crashes"] == [] and answer["hangs"] == []
+    op_job = Job()  # a different op at the same seq is a desync too
+    op_job.collective(0, 9, op="ncclAllGather")
+    for rank in (1, 2, 3):
+        op_job.collective(rank, 9)
+    assert [d["first_rank"] for d in find(con, op_job, T0)["desyncs"]] == [3, 0]
+
+
+def test_diagnose_prints_the_failures_first(tmp_path: Path) -> None:
+    db = tmp_path / "echo.db"
+    with duckdb.connect(str(db)) as store:
+        migrate(store)
+        job = Job()
+        job.steps(10)
+        job.exit(2, 10.2, 7)
+        for rank in (0, 1, 3):
+            job.collective(rank, 10, done=False)
+        job.write(store)
+    run = [sys.executable, "-m", "rankecho", "diagnose", "--db", str(db)]
+    text = subprocess.run(run, capture_output=True, text=True, check=True).stdout
+    assert text.startswith("FAILURES: ") and "crash: rank 2 (n1) exited with status 7" in text, text
+    data = json.loads(subprocess.run([*run, "--json"], capture_output=True, text=True, check=True).stdout)
+    assert [x["rank"] for x in data["failures"]["crashes"] if x["first"]] == [2]
+    assert "stragglers" in data
