@@ -43,6 +43,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    "collective carries its window's breakdown anyway (0: send every interval)")
     p.add_argument("--health-every", type=_positive_int, default=Settings.health_every, metavar="N",
                    help="send every Nth step's health score, and any that moved by 0.2")
+    p.add_argument("--gpu-interval", type=float, default=Settings.gpu_interval_s, metavar="S",
+                   help="seconds between GPU gauge points (NVML is read every second either way)")
     p.add_argument("--clock-offset-ns", type=int, default=0,
                    help="TESTING ONLY: add this to every timestamp, to simulate a skewed node clock")
     p.add_argument("--ready-file", default=None, help="created once probes are attached")

@@ -57,6 +57,8 @@ class Agent:
         )
         self.nvml: Nvml | None = open_nvml()
         self._gpu_slowed: dict[int, bool] = {}
+        self._gpu_points_due = 0.0
+        """When the next GPU gauge points go out (monotonic s); NVML is read every window regardless."""
         self.tracker = Tracker(
             s.node_id,
             self.clock,
@@ -131,8 +133,13 @@ class Agent:
             return
         owners = {self._gpu_index(p.info): p.key for p in self.tracker.procs.values()}
         now = time.time_ns()
+        send = time.monotonic() >= self._gpu_points_due
+        if send:
+            self._gpu_points_due = time.monotonic() + self.s.gpu_interval_s
         for g in self.nvml.sample():
             self._gpu_slowed[g.index] = g.slowed
+            if not send:
+                continue
             key = owners.get(g.index)
             attrs: dict[str, AttrValue] = {c.GPU_INDEX: g.index, c.GPU_UUID: g.uuid, c.GPU_MODEL: g.model}
             for metric, value in (

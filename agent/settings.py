@@ -47,6 +47,8 @@ class Settings:
     Every collective carries its window's breakdown either way (agent/window.py)."""
     health_every: int = 10
     """Send every Nth step's health score (and any that moved by 0.2)."""
+    gpu_interval_s: float = 10.0
+    """Seconds between GPU gauge points (NVML is still read every window: a throttled GPU's health)."""
     proc_root: str = "/proc"
     shutdown_deadline_s: float = 10.0
     """At shutdown, how long the exporter keeps retrying Echo before leaving the rest in the spool."""
@@ -100,6 +102,7 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) ->
         offcpu_min_ns=int(args.offcpu_min_ms * 1_000_000),
         raw_interval_ns=int(args.raw_interval_ms * 1_000_000),
         health_every=args.health_every,
+        gpu_interval_s=args.gpu_interval,
         proc_root=args.proc_root,
         shutdown_deadline_s=args.shutdown_grace,
     )

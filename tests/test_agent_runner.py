@@ -9,6 +9,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 
 from rankecho.agent.events import FN, CallRecord, ExitRecord, InitRecord
 from rankecho.agent.export import Encoded
+from rankecho.agent.nvml import SLOWDOWN_MASK, GpuSample
 from rankecho.agent.runner import Agent
 from rankecho.agent.settings import Settings
 from rankecho.shared import contract as c
@@ -46,3 +47,30 @@ def test_the_last_points_of_an_exited_process_keep_its_rank(tmp_path: Path) -> N
             break
     else:
         raise AssertionError("no collective was sent")
+
+
+class OneGpu:
+    """Stands in for NVML (no GPU on the test machines): one GPU, throttled after its first reading."""
+
+    models, uuids = ["Sim GPU"], ["GPU-0"]
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def sample(self) -> list[GpuSample]:
+        self.reads += 1
+        throttle = 0 if self.reads == 1 else SLOWDOWN_MASK
+        return [GpuSample(0, "GPU-0", "Sim GPU", 50.0, 1 << 30, 1400, 60, 300.0, throttle)]
+
+
+def test_gpu_gauges_go_out_every_gpu_interval_while_nvml_is_read_every_window(tmp_path: Path) -> None:
+    settings = Settings("127.0.0.1:1", "c", "n", spool_dir=str(tmp_path / "spool"), gpu_interval_s=3600.0)
+    agent = Agent(settings)
+    gpu = OneGpu()
+    agent.nvml = gpu  # type: ignore[assignment]
+    for _ in range(3):
+        agent.sample_gpus()
+    assert gpu.reads == 3
+    sent = [p.metric_name for _, p in agent.points]
+    assert len(sent) == 6 and c.M_GPU_UTIL in sent  # one reading's six gauges, not three
+    assert agent._gpu_slowed == {0: True}  # the latest reading still decides the health's throttle flag
