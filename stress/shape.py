@@ -191,6 +191,8 @@ class NodeModel:
         }
         self._resources: dict[ProcKey | None, dict[str, AttrValue]] = {}
         self._started = False
+        self._gpu_due = 0
+        """Unix ns when the next GPU gauges go out."""
 
     def _sink(self, key: ProcKey | None, point: Point) -> None:
         self.points.append((key, point))
@@ -239,11 +241,13 @@ class NodeModel:
         return {c.GPU_MODEL: GPU_MODEL, c.GPU_UUID: f"GPU-{self.node_id}-{idx}", c.GPU_INDEX: idx}
 
     def window(self, t: int) -> None:
-        """The agent's periodic work (every second): the launch counters, and the GPU gauges when the
-        ranks have GPUs (the metrics and attributes of ``Agent.sample_gpus``)."""
+        """The agent's periodic work (every second): the launch counters, and the GPU gauges every
+        ``Settings.gpu_interval_s`` when the ranks have GPUs (the metrics and attributes of
+        ``Agent.sample_gpus``)."""
         self.tracker.launch_counts({r.pid: (r.pid, r.launches) for r in self.ranks}, t)
-        if not self.shape.gpus:
+        if not self.shape.gpus or t < self._gpu_due:
             return
+        self._gpu_due = t + int(Settings.gpu_interval_s * 1e9)
         for r in self.ranks:
             proc = self.tracker.procs.get(r.pid)
             if proc is None:

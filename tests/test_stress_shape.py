@@ -25,6 +25,7 @@ from conftest import inproc_echo
 from echo_helpers import TEST_TOKEN, row_dicts
 from test_agent_helpers import requires_ebpf
 
+from rankecho.agent.settings import Settings
 from rankecho.echo.app import Echo
 from rankecho.echo.mcp.rates import load_rates
 from rankecho.echo.mcp.tools import Investigation
@@ -179,16 +180,17 @@ def test_real_time_keeps_the_jobs_clock_and_reports_its_lag(tmp_path: Path) -> N
     assert before - 10**9 <= first and last <= after
 
 
-def test_gpus_add_the_agents_six_gauges_per_rank_per_second_and_the_gpu_resource(tmp_path: Path) -> None:
+def test_gpus_add_six_gauges_per_rank_per_gpu_interval_and_the_gpu_resource(tmp_path: Path) -> None:
     gauges = {c.M_GPU_UTIL, c.M_GPU_MEM_USED, c.M_GPU_SM_CLOCK, c.M_GPU_TEMP, c.M_GPU_POWER, c.M_GPU_THROTTLE}
     with inproc_echo(tmp_path / "gpu.db") as echo:
-        result = generate(echo, "--ranks", "8", "--step-ms", "100", "--duration", "3", "--speed", "max",
-                          "--stragglers", "0", "--gpus")
+        seconds = int(2 * Settings.gpu_interval_s) + 1  # gauges at the job's start, then every interval
+        result = generate(echo, "--ranks", "8", "--step-ms", "100", "--duration", str(seconds),
+                          "--speed", "max", "--stragglers", "0", "--gpus")
         rows = row_dicts(echo, "SELECT metric_name, rank, attrs_json FROM events")
     assert result["acked"] == len(rows)
     gpu = [r for r in rows if r["metric_name"] in gauges]
     assert {r["metric_name"] for r in gpu} == gauges
-    assert len(gpu) == 6 * 8 * 3  # one window per second of the 3 s job
+    assert len(gpu) == 6 * 8 * 3  # at 0 s, one interval later and two intervals later
     for r in rows:
         if r["rank"] is not None:  # every rank's resource names its GPU, the gauges say which too
             a = json.loads(r["attrs_json"])
