@@ -51,7 +51,9 @@ def test_pid_filter_traces_only_the_named_process(tmp_path: Path) -> None:
         job = SimJob(tmp_path, ["node-a"], 2, sim_built())
         program = job.sim_root / "build" / "simrank-dlopen"
         ranks = [job.start_rank(r, ["--steps", "4", "--dlopen-delay-ms", "4000"], program) for r in range(2)]
-        agent = job.start_agent("node-a", echo.grpc_address, TEST_TOKEN, "--pid", str(ranks[1].pid))
+        # every raw interval: the filter must hold for off-CPU records too (by default only evidence goes)
+        agent = job.start_agent("node-a", echo.grpc_address, TEST_TOKEN, "--pid", str(ranks[1].pid),
+                                "--raw-interval-ms", "0")
         job.wait(ranks)
         assert stop_all([agent]) == [0]
         events = row_dicts(echo, "SELECT * FROM events WHERE rank IS NOT NULL")
