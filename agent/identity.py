@@ -14,6 +14,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from rankecho.agent.jobid import JobEnv
+from rankecho.agent.jobid import from_env as job_from_env
+
 # (rank, world size, local rank) variables, most specific launcher first.
 RANK_VARS: tuple[tuple[str, str, str], ...] = (
     ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
@@ -37,6 +40,8 @@ class EnvIdentity:
     """CUDA_VISIBLE_DEVICES, to map the local rank to an NVML device index."""
     job_key: str = ""
     """MASTER_ADDR:MASTER_PORT (or another launcher's rendezvous); equal on every rank of one job."""
+    job: JobEnv = field(default_factory=JobEnv)
+    """The job rule the environment matches (:mod:`rankecho.agent.jobid`)."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,8 @@ def env_identity(env: Mapping[str, str]) -> EnvIdentity:
         job_key = f"{env['MASTER_ADDR']}:{env.get('MASTER_PORT', '')}"
     elif "SLURM_JOB_ID" in env:
         job_key = f"slurm:{env['SLURM_JOB_ID']}"
-    return EnvIdentity(rank, world, local, pod, namespace, env.get("CUDA_VISIBLE_DEVICES"), job_key)
+    return EnvIdentity(rank, world, local, pod, namespace, env.get("CUDA_VISIBLE_DEVICES"), job_key,
+                       job_from_env(env, world))
 
 
 def parse_stat_start(stat: str) -> int:

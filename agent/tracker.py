@@ -13,6 +13,7 @@ Usage::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 
 from rankecho.agent.clock import ClockConverter
@@ -36,6 +37,7 @@ from rankecho.agent.identity import (
     unaligned_comm_id,
     unique_id_hash,
 )
+from rankecho.agent.jobid import JobIds
 from rankecho.agent.journal import CommJournal
 from rankecho.agent.procstate import Comm, Pending, Proc, ProcKey
 from rankecho.agent.window import DEFAULT_WINDOW_NS, WindowKeeper
@@ -101,6 +103,8 @@ class Tracker:
         self.resources: dict[ProcKey, dict[str, AttrValue]] = {}
         """Resource attributes of every process a point was emitted for (read when batching)."""
         self._retired: list[ProcKey] = []
+        self.jobs = JobIds(node_id)
+        """Job id of every traced process (rendezvous generations are per agent)."""
 
     # --- processes ------------------------------------------------------------------------------
     def track(self, info: ProcessInfo) -> Proc:
@@ -141,6 +145,9 @@ class Tracker:
         ):
             if value is not None:
                 attrs[name] = value
+        job = self.jobs.job_of(proc.key, env.job, proc.info.start_ns)
+        attrs[c.JOB_ID] = job.id
+        attrs[c.JOB_SOURCE] = job.source
         attrs.update(self._gpu_resource(proc.info))
         return attrs
 
@@ -477,6 +484,7 @@ class Tracker:
         gone = list(self.exited)
         for key in self._retired:
             self.resources.pop(key, None)
+            self.jobs.forget(key)
         self._retired = [p.key for p in self.exited.values()]
         self.exited.clear()
         return gone
@@ -488,6 +496,7 @@ class Tracker:
         self.windows.forget(proc.info.pid)
         if self.procs.get(proc.info.pid) is proc:
             del self.procs[proc.info.pid]
+        self.jobs.exited(proc.key, time.time_ns())
         self.exited[proc.info.pid] = proc
 
     def _exited(self, proc: Proc, rec: ExitRecord) -> None:

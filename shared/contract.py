@@ -32,6 +32,10 @@ LOCAL_RANK: Final = "rankecho.local_rank"
 GPU_MODEL: Final = "rankecho.gpu.model"
 GPU_UUID: Final = "rankecho.gpu.uuid"
 PROCESS_START_NS: Final = "rankecho.process.start_ns"
+JOB_ID: Final = "rankecho.job.id"
+"""Which job the process belongs to (see :mod:`rankecho.agent.jobid`); absent from older agents."""
+JOB_SOURCE: Final = "rankecho.job.source"
+"""The rule that gave ``rankecho.job.id``: explicit, torchelastic, slurm, k8s, rendezvous or local."""
 
 # --- Plain keys sent by seed-style producers (accepted by Echo, never sent by the agent) --------
 PLAIN_CLUSTER_ID: Final = "cluster_id"

@@ -36,10 +36,15 @@ class SimJob:
     """Nodes whose libraries come from the endbr64 build (functions start with endbr64)."""
     cluster_id: str = "sim"
     master_port: int = field(default_factory=free_port)
+    run_id: str | None = ""
+    """TORCHELASTIC_RUN_ID of the ranks: "" means ``sim-<master port>``; None sets none (the agent then
+    names the job by its rendezvous and first start time)."""
 
     def __post_init__(self) -> None:
         for node in self.nodes:
             prepare_node_libs(self.lib_dir(node), self.sim_root, node in self.endbr_nodes)
+        if self.run_id == "":
+            self.run_id = f"sim-{self.master_port}"
 
     @property
     def world(self) -> int:
@@ -71,7 +76,7 @@ class SimJob:
         node = self.nodes[rank // self.ranks_per_node]
         lib = self.lib_dir(node)
         env = torch_env(rank, self.world, node, rank % self.ranks_per_node, self.ranks_per_node,
-                        self.master_port, lib)
+                        self.master_port, lib, run_id=self.run_id)
         env["SIMRANK_LIB_DIR"] = str(lib)  # what the dlopen build loads
         cmd = [str(program or self.simrank), *args, "--log", str(self.root / f"rank{rank}.log")]
         return subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)

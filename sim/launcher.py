@@ -144,14 +144,17 @@ def rank_env(
     scenario: Scenario, rank: int, node: Node, local: int, port: int, lib_dir: Path
 ) -> dict[str, str]:
     return torch_env(rank, scenario.world_size, node.id, local, node.ranks, port,
-                     lib_dir if scenario.load == "linked" else None)
+                     lib_dir if scenario.load == "linked" else None, run_id=f"sim-{port}")
 
 
 def torch_env(
-    rank: int, world: int, node_id: str, local: int, local_world: int, port: int, lib_dir: Path | None
+    rank: int, world: int, node_id: str, local: int, local_world: int, port: int, lib_dir: Path | None,
+    run_id: str | None = None,
 ) -> dict[str, str]:
     """This process's environment plus what torchrun gives a rank; ``lib_dir`` goes first on
-    LD_LIBRARY_PATH (the node's copy of the libraries is the one a linked simrank loads)."""
+    LD_LIBRARY_PATH (the node's copy of the libraries is the one a linked simrank loads). ``run_id``
+    becomes TORCHELASTIC_RUN_ID (torchrun's ``--rdzv-id``): the job identity every node's agent agrees on
+    (agent/jobid.py); None leaves it out (the agent then falls back to the rendezvous rule)."""
     env = dict(os.environ)
     env.update(
         {
@@ -165,6 +168,9 @@ def torch_env(
             "SIMRANK_DIE_WITH_PARENT": "1",
         }
     )
+    env.pop("TORCHELASTIC_RUN_ID", None)
+    if run_id is not None:
+        env["TORCHELASTIC_RUN_ID"] = run_id
     if lib_dir is not None:
         env["LD_LIBRARY_PATH"] = (
             f"{lib_dir}:{env['LD_LIBRARY_PATH']}" if env.get("LD_LIBRARY_PATH") else str(lib_dir)

@@ -31,6 +31,7 @@ from rankecho.agent.clock import ClockConverter
 from rankecho.agent.events import FN, PAYLOAD_SIZE, CallRecord, InitRecord, OffCpuRecord
 from rankecho.agent.export import encode_batch
 from rankecho.agent.identity import EnvIdentity, ProcessInfo
+from rankecho.agent.jobid import TORCHELASTIC, JobEnv
 from rankecho.agent.procstate import ProcKey
 from rankecho.agent.settings import Settings
 from rankecho.agent.tracker import DATATYPES, REDUCE_OPS, Tracker
@@ -174,7 +175,9 @@ class NodeModel:
         self._late = {p.rank: p for p in s.planted}
         infos = {
             r.pid: ProcessInfo(r.pid, 4242 + r.rank, EnvIdentity(r.rank, s.ranks, r.rank % s.ranks_per_node,
-                                                                  job_key=f"{s.cluster_id}:{s.run_id}"),
+                                                                  job_key=f"{s.cluster_id}:{s.run_id}",
+                                                                  job=JobEnv(f"torchelastic:{s.run_id}",
+                                                                             TORCHELASTIC)),
                                "simrank", s.start_ns - 50 * MS)
             for r in self.ranks
         }

@@ -43,7 +43,8 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         codes = stop_all(agents)
         logs = {r: sim.rank_log(r) for r in range(sim.world)}
         data = row_dicts(echo, "SELECT * FROM events")
-        yield {"codes": codes, "agents": agents, "logs": logs, "events": data, "world": sim.world}
+        yield {"codes": codes, "agents": agents, "logs": logs, "events": data, "world": sim.world,
+               "run_id": sim.run_id}
 
 
 def by_metric(job: dict[str, Any], metric: str) -> list[dict[str, Any]]:
@@ -168,3 +169,10 @@ def test_every_event_of_a_rank_carries_a_step_chain_id(job: dict[str, Any]) -> N
     assert len(per_step) >= job["world"] * (STEPS - 1)
     launches = sum(per_step) + sum(r["value_int"] for r in by_metric(job, c.M_KERNEL_LAUNCHES))
     assert launches == job["world"] * STEPS * (9 + 1)  # 9 compute kernels + the optimizer kernel per step
+
+
+def test_every_rank_event_carries_the_job_identity_from_the_ranks_environment(job: dict[str, Any]) -> None:
+    ranked = [r for r in job["events"] if r["rank"] is not None]
+    assert {r["rank"] for r in ranked} == set(range(job["world"]))
+    jobs = Counter((attrs(r).get(c.JOB_ID), attrs(r).get(c.JOB_SOURCE)) for r in ranked)
+    assert list(jobs) == [(f"torchelastic:{job['run_id']}", "torchelastic")], jobs
