@@ -44,7 +44,8 @@ SELECT event_id, cluster_id, node_id, rank, nranks,
        CASE WHEN a[16] IS NOT NULL THEN coalesce(rk_ms_to_ns(a[20]), 0) END AS pre_cpu_contention_ns,
        CASE WHEN a[16] IS NOT NULL THEN coalesce(rk_ms_to_ns(a[21]), 0) END AS pre_sleeping_ns,
        rk_ms_to_ns(a[22]) AS pre_presync_ns,
-       TRY_CAST(a[23] AS BIGINT) AS launches
+       TRY_CAST(a[23] AS BIGINT) AS launches,
+       coalesce(a[24], '') AS job_id
 FROM (
     SELECT *,
            json_extract_string(attrs_json, [
@@ -55,7 +56,8 @@ FROM (
                '$."rankecho.enter_ns"', '$."rankecho.return_ns"', '$."rankecho.complete_ns"',
                '$."rankecho.pre.window_ms"', '$."rankecho.pre.allocator_ms"', '$."rankecho.pre.slow_gpu_ms"',
                '$."rankecho.pre.memcpy_ms"', '$."rankecho.pre.cpu_contention_ms"',
-               '$."rankecho.pre.sleeping_ms"', '$."rankecho.pre.presync_ms"', '$."rankecho.cuda.launches"'
+               '$."rankecho.pre.sleeping_ms"', '$."rankecho.pre.presync_ms"', '$."rankecho.cuda.launches"',
+               '$."rankecho.job.id"'
            ]) AS a
     FROM staged
     WHERE metric_name = 'rankecho.nccl.collective'
@@ -77,7 +79,7 @@ FROM (
 -- interval is split: the sleep up to the wakeup, and a 'runq' row for the wait (event_id + '/runq')
 -- that counts as cpu_contention outside CUDA calls; inside a sync it stays uncategorised (the sync
 -- counts it) but lets the GPU rule take out the part of a long sync that was the CPU's fault.
-INSERT INTO host_activity
+INSERT INTO host_activity BY NAME
 WITH parsed AS (
 SELECT event_id, cluster_id, node_id, rank,
        TRY_CAST(a[1] AS BIGINT) AS pid,
@@ -99,13 +101,14 @@ SELECT event_id, cluster_id, node_id, rank,
        CASE WHEN metric_name = 'rankecho.sched.offcpu' AND a[6] = 'sleeping' AND a[7] = 'other'
             THEN CAST(round(least(greatest(coalesce(TRY_CAST(a[8] AS DOUBLE), 0), 0),
                                   greatest(coalesce(value_double, 0), 0)) * 1e6) AS BIGINT)
-            ELSE 0 END AS runq_ns
+            ELSE 0 END AS runq_ns,
+       coalesce(a[9], '') AS job_id
 FROM (
     SELECT *,
            json_extract_string(attrs_json, [
                '$."process.pid"', '$."rankecho.process.start_ns"', '$."thread.id"',
                '$."rankecho.cuda.call"', '$."rankecho.call_in_flight"', '$."rankecho.sched.state"',
-               '$."rankecho.sched.preempted_by"', '$."rankecho.sched.runq_ms"'
+               '$."rankecho.sched.preempted_by"', '$."rankecho.sched.runq_ms"', '$."rankecho.job.id"'
            ]) AS a
     FROM staged
     WHERE metric_name IN ('rankecho.cuda.sync', 'rankecho.cuda.malloc', 'rankecho.cuda.free',
@@ -121,7 +124,7 @@ pieces AS (  -- the interval (less its run-queue wait when split) and the wait a
     FROM parsed WHERE runq_ns > 0
 )
 SELECT event_id, cluster_id, node_id, rank, pid, process_start_ns, tid, kind, cuda_call, state, preempted_by,
-       start_ns, end_ns, causal_chain_id,
+       start_ns, end_ns, causal_chain_id, job_id,
        hash(cluster_id, node_id, pid, tid) AS thread_key, start_ns // 1000000000 AS start_bucket,
        CASE WHEN kind IN ('malloc', 'free') THEN 'allocator'
             WHEN kind = 'sync' THEN 'slow_gpu'
