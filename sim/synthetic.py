@@ -75,6 +75,8 @@ class SyntheticJob:
     t0_ns: int = 1_790_000_000_000_000_000
     step_jitter_ms: float = 2.0
     """Each step lasts up to this much longer than step_ms (uniform), the same on every rank."""
+    job_id: str | None = None
+    """Stamped as rankecho.job.id (and into the event ids) when set; None: no job id, as older agents."""
 
     @property
     def world(self) -> int:
@@ -139,6 +141,9 @@ def write_job(con: duckdb.DuckDBPyConnection, job: SyntheticJob) -> int:
     finally:
         con.unregister("syn_ranks")
         con.unregister("syn_faults")
+    if job.job_id is not None:
+        stamp = STATEMENTS["stamp_synthetic_job"]
+        con.execute(stamp.sql, stamp.bind(job=job.job_id)).fetchall()
     con.execute(STATEMENTS["store_synthetic_events"].sql).fetchall()
     backfill(con, "syn_events")
     written = con.execute("SELECT count(*) FROM syn_events").fetchall()[0][0]

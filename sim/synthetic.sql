@@ -140,6 +140,13 @@ SELECT 'syn/' || node_id || '/' || rank || '/' || step || '/' || what AS event_i
        chain AS causal_chain_id, CAST(attrs AS VARCHAR) AS attrs_json
 FROM everything;
 
+-- name: stamp_synthetic_job
+-- Give syn_events a job: rankecho.job.id $job in every event's attributes, as the agent stamps it, and
+-- the job in the event id (two jobs' events are two sets of events).
+UPDATE syn_events
+SET event_id = $job || '/' || event_id,
+    attrs_json = CAST(json_merge_patch(attrs_json, json_object('rankecho.job.id', $job)) AS VARCHAR);
+
 -- name: store_synthetic_events
 -- Add syn_events to the store's events.
 INSERT INTO events SELECT * FROM syn_events;

@@ -5,14 +5,15 @@
 -- the comm id, so its streams are realigned here from the data: all ranks of one collective finish
 -- together, so the right sequence shift is the one after which this stream's completion times differ
 -- from a reference stream's by a constant (the clock offset) and nothing else.
--- Parameters of every layer: start_ns / end_ns (window on the node clocks, NULL = open) and cluster
--- (NULL = every cluster).
+-- Parameters of every layer: start_ns / end_ns (window on the node clocks, NULL = open), cluster
+-- (NULL = every cluster) and job (named, default NULL = every job: collectives.job_id, '' for points
+-- without a job id). Only this layer filters by job; the ones above read its rows.
 
 -- name: rk_collective_rows
 -- One row per collective call in the window (send/recv left out: they pair two ranks, they do not
 -- make everyone wait), with its stream: one process's calls on one communicator as one agent run
 -- numbered them. The window is read 5 s wider on each side so clock offsets do not cut instances.
-CREATE OR REPLACE TEMP MACRO rk_collective_rows(start_ns, end_ns, cluster) AS TABLE
+CREATE OR REPLACE TEMP MACRO rk_collective_rows(start_ns, end_ns, cluster, job := NULL) AS TABLE
 SELECT cluster_id, node_id, rank, pid, process_start_ns, agent_instance, tid, op, comm_id, seq, seq_aligned, bytes,
        enter_ns, return_ns, complete_ns, causal_chain_id, stream_key AS stream, inst_key, node_key, thread_key
 FROM collectives
@@ -20,7 +21,8 @@ WHERE op IN ('ncclAllReduce', 'ncclAllGather', 'ncclReduceScatter', 'ncclBroadca
   AND comm_id IS NOT NULL AND seq IS NOT NULL AND rank IS NOT NULL
   AND (start_ns IS NULL OR enter_ns >= start_ns - 5000000000)
   AND (end_ns IS NULL OR enter_ns < end_ns + 5000000000)
-  AND (cluster IS NULL OR cluster_id = cluster);
+  AND (cluster IS NULL OR cluster_id = cluster)
+  AND (job IS NULL OR job_id = job);
 
 -- name: rk_group_position
 -- The seq of a call that opens a completion group on its stream (a sync completed it, not the same sync
@@ -37,12 +39,12 @@ CASE WHEN complete_ns IS DISTINCT FROM prev_complete_ns THEN seq END;
 -- communicator, steps counted from what was observed), 'unmatched' (no reference fits: comm_key NULL,
 -- left out of cross-rank comparisons). Streams whose agent saw the communicator created are 'aligned'
 -- as they are and not listed; only clusters with unaligned streams pay for the fitting.
-CREATE OR REPLACE TEMP MACRO rk_stream_placement(start_ns, end_ns, cluster) AS TABLE
+CREATE OR REPLACE TEMP MACRO rk_stream_placement(start_ns, end_ns, cluster, job := NULL) AS TABLE
 WITH fitting AS (  -- clusters with a stream to fit; the rest (usually all) cost one scan of a flag
-    SELECT DISTINCT cluster_id FROM rk_collective_rows(start_ns, end_ns, cluster) WHERE NOT seq_aligned
+    SELECT DISTINCT cluster_id FROM rk_collective_rows(start_ns, end_ns, cluster, job := job) WHERE NOT seq_aligned
 ),
 base AS MATERIALIZED (
-    SELECT r.* FROM rk_collective_rows(start_ns, end_ns, cluster) r SEMI JOIN fitting USING (cluster_id)
+    SELECT r.* FROM rk_collective_rows(start_ns, end_ns, cluster, job := job) r SEMI JOIN fitting USING (cluster_id)
 ),
 streams AS MATERIALIZED (  -- where something must be fitted: each stream's process and the shape of its
     -- calls (most common op and size)
@@ -163,29 +165,29 @@ SELECT * FROM placed WHERE method <> 'aligned';
 -- The window's collective rows on the cluster's common numbering: comm_key and seq_g (= seq + shift,
 -- the same on every rank for one instance; inst_key hashes (cluster, comm_key, seq_g) for fast joins).
 -- Rows of unmatched streams are left out (see rk_stream_placement).
-CREATE OR REPLACE TEMP MACRO rk_aligned_rows(start_ns, end_ns, cluster) AS TABLE
+CREATE OR REPLACE TEMP MACRO rk_aligned_rows(start_ns, end_ns, cluster, job := NULL) AS TABLE
 SELECT cluster_id, node_id, rank, pid, tid, stream, seq, seq_aligned, enter_ns, return_ns, complete_ns,
        comm_id AS comm_key, seq AS seq_g, inst_key, node_key, thread_key
-FROM rk_collective_rows(start_ns, end_ns, cluster)
+FROM rk_collective_rows(start_ns, end_ns, cluster, job := job)
 WHERE seq_aligned
 UNION ALL
 SELECT r.cluster_id, r.node_id, r.rank, r.pid, r.tid, r.stream, r.seq, r.seq_aligned, r.enter_ns, r.return_ns,
        r.complete_ns, p.comm_key, r.seq + p.shift AS seq_g, hash(r.cluster_id, p.comm_key, r.seq + p.shift) AS inst_key,
        r.node_key, r.thread_key
-FROM rk_collective_rows(start_ns, end_ns, cluster) r
-JOIN rk_stream_placement(start_ns, end_ns, cluster) p USING (stream)
+FROM rk_collective_rows(start_ns, end_ns, cluster, job := job) r
+JOIN rk_stream_placement(start_ns, end_ns, cluster, job := job) p USING (stream)
 WHERE NOT r.seq_aligned AND p.comm_key IS NOT NULL;
 
 -- name: rk_stream_alignment
 -- One row per stream (one process's calls on one communicator, as one agent run numbered them): how it
 -- was placed on the common numbering ('aligned' or as rk_stream_placement says) and its calls in the
 -- window.
-CREATE OR REPLACE TEMP MACRO rk_stream_alignment(start_ns, end_ns, cluster) AS TABLE
+CREATE OR REPLACE TEMP MACRO rk_stream_alignment(start_ns, end_ns, cluster, job := NULL) AS TABLE
 SELECT s.cluster_id, s.node_id, s.rank, s.stream, s.comm_id,
        coalesce(p.comm_key, CASE WHEN s.seq_aligned THEN s.comm_id END) AS comm_key, coalesce(p.shift, 0) AS shift,
        coalesce(p.method, CASE WHEN s.seq_aligned THEN 'aligned' ELSE 'unmatched' END) AS alignment,
        p.fit_ns, p.fit_calls, p.fit_offset_ns, s.calls
 FROM (SELECT cluster_id, stream, any_value(node_id) AS node_id, min(rank) AS rank, any_value(comm_id) AS comm_id,
              bool_and(seq_aligned) AS seq_aligned, count(*) AS calls
-      FROM rk_collective_rows(start_ns, end_ns, cluster) GROUP BY cluster_id, stream) s
-LEFT JOIN rk_stream_placement(start_ns, end_ns, cluster) p USING (stream);
+      FROM rk_collective_rows(start_ns, end_ns, cluster, job := job) GROUP BY cluster_id, stream) s
+LEFT JOIN rk_stream_placement(start_ns, end_ns, cluster, job := job) p USING (stream);

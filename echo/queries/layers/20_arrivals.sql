@@ -19,22 +19,22 @@
 -- latest arrival's lateness (last_late_ns), the instance's completion (done_c: the earliest any rank saw
 -- it complete) and first_rank (the lowest rank of the instance, to pick one row per instance); and the
 -- node's clock offset (clock_offset_ns, subtracted) and the reference node (see rk_clock_offsets).
-CREATE OR REPLACE TEMP MACRO rk_arrivals(start_ns, end_ns, cluster) AS TABLE
+CREATE OR REPLACE TEMP MACRO rk_arrivals(start_ns, end_ns, cluster, job := NULL) AS TABLE
 WITH clock AS MATERIALIZED (
     SELECT hash(cluster_id, node_id) AS node_key, offset_ns AS clock_offset_ns, reference_node
-    FROM rk_clock_offsets(start_ns, end_ns, cluster)
+    FROM rk_clock_offsets(start_ns, end_ns, cluster, job := job)
 ),
 streams AS MATERIALIZED (  -- the text that describes each stream, kept out of the per-row work
     SELECT stream, any_value(cluster_id) AS cluster_id, any_value(node_id) AS node_id, any_value(comm_key) AS comm_key,
            any_value(pid) AS pid, any_value(node_key) AS node_key, bool_and(seq_aligned) AS aligned,
            count(*) AS calls, min(rank) AS rank
-    FROM rk_aligned_rows(start_ns, end_ns, cluster) GROUP BY stream
+    FROM rk_aligned_rows(start_ns, end_ns, cluster, job := job) GROUP BY stream
 ),
 c AS MATERIALIZED (  -- the rows, on the reference clock: numbers only
     SELECT a.stream, a.rank, a.tid, a.seq, a.seq_g, a.inst_key, a.node_key, a.thread_key,
            a.enter_ns - k.clock_offset_ns AS enter_c, a.return_ns - k.clock_offset_ns AS return_c,
            a.complete_ns - k.clock_offset_ns AS complete_c, k.clock_offset_ns
-    FROM rk_aligned_rows(start_ns, end_ns, cluster) a JOIN clock k USING (node_key)
+    FROM rk_aligned_rows(start_ns, end_ns, cluster, job := job) a JOIN clock k USING (node_key)
 ),
 inst AS MATERIALIZED (
     SELECT i.*, s.cluster_id, s.comm_key
@@ -112,8 +112,9 @@ FROM c JOIN context x USING (inst_key) JOIN streams s USING (stream) JOIN clock 
 -- node's clock, its uncertainty (1.4826 * MAD / sqrt(n) of the per-instance deviations), the
 -- instances it rests on, and the reference node. A node that shares no instance with another node
 -- keeps offset 0 with NULL uncertainty.
-CREATE OR REPLACE TEMP MACRO rk_clock_offsets(start_ns, end_ns, cluster) AS TABLE
-WITH a AS (SELECT cluster_id, node_id, rank, comm_key, seq_g, complete_ns FROM rk_aligned_rows(start_ns, end_ns, cluster)),
+CREATE OR REPLACE TEMP MACRO rk_clock_offsets(start_ns, end_ns, cluster, job := NULL) AS TABLE
+WITH a AS (SELECT cluster_id, node_id, rank, comm_key, seq_g, complete_ns
+           FROM rk_aligned_rows(start_ns, end_ns, cluster, job := job)),
 every AS (SELECT greatest(1, count(*) // 200000) AS k FROM a),
 sampled AS MATERIALIZED (  -- about 20,000 instances spread over the window
     SELECT cluster_id, node_id, comm_key, seq_g, complete_ns FROM a

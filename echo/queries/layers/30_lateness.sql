@@ -36,9 +36,9 @@ WHERE pre_window_ns IS NOT NULL;
 -- waited beyond normal, or the lateness a lasting slow GPU implies); the rank's own sync time before
 -- calling (presync_ns: delayed instances, and every first call of the primary in a cluster with a rank
 -- behind) and, when a GPU rule names the rank, gpu_late_ns (the delay, or the implied lateness).
-CREATE OR REPLACE TEMP MACRO rk_lateness(start_ns, end_ns, cluster, min_late_ms := NULL) AS TABLE
+CREATE OR REPLACE TEMP MACRO rk_lateness(start_ns, end_ns, cluster, min_late_ms := NULL, job := NULL) AS TABLE
 WITH a AS MATERIALIZED (
-    SELECT * FROM rk_arrivals(start_ns, end_ns, cluster) WHERE n = comm_size AND n >= 2
+    SELECT * FROM rk_arrivals(start_ns, end_ns, cluster, job := job) WHERE n = comm_size AND n >= 2
 ),
 sampled AS MATERIALIZED (  -- the primary communicator's arrivals (about 500,000 of them at most)
     SELECT cluster_id, rank, host_late_ns FROM a
@@ -209,16 +209,16 @@ LEFT JOIN lasting_delay ld USING (inst_key);
 -- name: rk_noise
 -- Per cluster: the noise the lateness threshold comes from (median and robust sigma of the primary
 -- communicator's arrival lateness), the median step time, the steps seen and threshold_ns.
-CREATE OR REPLACE TEMP MACRO rk_noise(start_ns, end_ns, cluster, min_late_ms := NULL) AS TABLE
+CREATE OR REPLACE TEMP MACRO rk_noise(start_ns, end_ns, cluster, min_late_ms := NULL, job := NULL) AS TABLE
 SELECT DISTINCT cluster_id, noise_median_ns, noise_sigma_ns, step_ns, steps, threshold_ns
-FROM rk_lateness(start_ns, end_ns, cluster, min_late_ms);
+FROM rk_lateness(start_ns, end_ns, cluster, min_late_ms, job := job);
 
 -- name: rk_instances
 -- One row per complete collective instance: arrival spread, the last rank on the host side and by how
 -- much, the last rank on the GPU side when the GPU rule names one, the delay (what the on-time ranks
 -- waited beyond the slot's normal wait) and the imposed wait in GPU-seconds (the delay times the
 -- ranks that were not late).
-CREATE OR REPLACE TEMP MACRO rk_instances(start_ns, end_ns, cluster, min_late_ms := NULL) AS TABLE
+CREATE OR REPLACE TEMP MACRO rk_instances(start_ns, end_ns, cluster, min_late_ms := NULL, job := NULL) AS TABLE
 SELECT cluster_id, comm_key, seq_g, comm_key || ':' || seq_g AS causal_chain_id, any_value(step) AS step,
        any_value(pos) AS pos, count(*) AS ranks,
        CAST(min(ref_c) AS BIGINT) AS timestamp_ns,
@@ -233,5 +233,5 @@ SELECT cluster_id, comm_key, seq_g, comm_key || ':' || seq_g AS causal_chain_id,
        CASE WHEN bool_or(host_late OR gpu_late_ns IS NOT NULL)
             THEN greatest(any_value(delay_ns), 0) / 1e9
                  * count(*) FILTER (WHERE NOT host_late AND gpu_late_ns IS NULL) ELSE 0 END AS imposed_gpu_s
-FROM rk_lateness(start_ns, end_ns, cluster, min_late_ms)
+FROM rk_lateness(start_ns, end_ns, cluster, min_late_ms, job := job)
 GROUP BY cluster_id, comm_key, seq_g;

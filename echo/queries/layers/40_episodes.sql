@@ -53,8 +53,8 @@ CREATE OR REPLACE TEMP MACRO rk_top_cause(x) AS (
 -- steps, step_ns, first/last step completion, the reference node whose clock the times are on); a
 -- cluster without any late episode appears once,
 -- with NULL episode columns, so "no straggler" still comes with the noise it was measured against.
-CREATE OR REPLACE TEMP MACRO rk_episodes(start_ns, end_ns, cluster, min_late_ms := NULL) AS TABLE
-WITH l AS MATERIALIZED (SELECT * FROM rk_lateness(start_ns, end_ns, cluster, min_late_ms)),
+CREATE OR REPLACE TEMP MACRO rk_episodes(start_ns, end_ns, cluster, min_late_ms := NULL, job := NULL) AS TABLE
+WITH l AS MATERIALIZED (SELECT * FROM rk_lateness(start_ns, end_ns, cluster, min_late_ms, job := job)),
 late_rows AS MATERIALIZED (SELECT * FROM l WHERE host_late OR gpu_late_ns IS NOT NULL),
 per_inst AS (  -- per instance with someone late: how many ranks were, and who was the latest (the culprit)
     SELECT inst_key, count(*) AS late_ranks, arg_max(rank, greatest(host_late_ns, coalesce(gpu_late_ns, 0))) AS culprit

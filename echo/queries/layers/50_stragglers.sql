@@ -23,8 +23,8 @@
 -- steps, median/p95/max lateness, period and its confidence, the dominant cause and side with
 -- counts per cause, the median breakdown of the late rank's pre-call window against its peers',
 -- imposed GPU-seconds, and the what-if step time.
-CREATE OR REPLACE TEMP MACRO rk_stragglers(start_ns, end_ns, cluster, min_late_ms := NULL) AS TABLE
-WITH e AS MATERIALIZED (SELECT * FROM rk_episodes(start_ns, end_ns, cluster, min_late_ms)),
+CREATE OR REPLACE TEMP MACRO rk_stragglers(start_ns, end_ns, cluster, min_late_ms := NULL, job := NULL) AS TABLE
+WITH e AS MATERIALIZED (SELECT * FROM rk_episodes(start_ns, end_ns, cluster, min_late_ms, job := job)),
 context AS (
     SELECT DISTINCT cluster_id, noise_median_ns, noise_sigma_ns, cluster_threshold_ns AS threshold_ns, step_ns,
            steps, first_done_c, last_done_c, cluster_ranks, reference_node
