@@ -41,6 +41,12 @@ def _diagnose(args: argparse.Namespace) -> int:
     return main(args)
 
 
+def _jobs(args: argparse.Namespace) -> int:
+    from rankecho.echo.jobs_cmd import main
+
+    return main(args)
+
+
 def _explain(args: argparse.Namespace) -> int:
     from rankecho.echo.explain_cmd import main
 
@@ -216,6 +222,7 @@ def add_diagnose(subparsers: Any) -> None:
         metavar="MS",
         help="report only lateness of at least MS (default: the noise)",
     )
+    p.add_argument("--job-id", help="this job (rankecho jobs lists them; default: the window's most recent)")
     p.add_argument("--json", action="store_true", help="print the whole answer as JSON")
     p.set_defaults(handler=_diagnose)
 
@@ -242,8 +249,29 @@ def add_explain(subparsers: Any) -> None:
     p.add_argument("--timestamp-ns", type=int, metavar="NS", help="or the time of the late call")
     p.add_argument("--before-ms", type=float, default=500.0, metavar="MS", help="how far back to look")
     p.add_argument("--cluster-id", help="only this cluster")
+    p.add_argument("--job-id", help="the job (default: the job of that call)")
     p.add_argument("--json", action="store_true", help="print the whole answer as JSON")
     p.set_defaults(handler=_explain)
+
+
+def add_jobs(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "jobs",
+        help="list the jobs in a window: ranks, nodes, first and last seen, steps, stragglers",
+        description="The jobs Echo holds (fleet.cluster.jobs), newest first: one row per (cluster, job) with "
+        "its ranks, nodes, first and last collective call, steps and a one-line straggler verdict. Pass a "
+        "job id to rankecho diagnose --job-id. From a store file no Echo holds (--db) or a running Echo "
+        "over MCP (--mcp-url).",
+        epilog=examples(
+            "rankecho jobs --db echo.db --window 'last 1h'",
+            "rankecho jobs --mcp-url http://echo:8000/mcp --token-file token --json",
+        ),
+    )
+    add_source(p, "a store file no Echo holds (opened read-only)")
+    p.add_argument("--window", help="'last 10m', 'START/END' (ISO-8601) or '14:30-14:35' (default: all data)")
+    p.add_argument("--cluster-id", help="only this cluster")
+    p.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+    p.set_defaults(handler=_jobs)
 
 
 def register(subparsers: Any) -> None:
@@ -252,4 +280,5 @@ def register(subparsers: Any) -> None:
     add_query(subparsers)
     add_diagnose(subparsers)
     add_explain(subparsers)
+    add_jobs(subparsers)
     mcp_cli.register(subparsers)

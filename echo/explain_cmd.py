@@ -70,6 +70,7 @@ def main(args: argparse.Namespace) -> int:
         "timestamp_ns": args.timestamp_ns,
         "before_ms": args.before_ms,
         "cluster_id": args.cluster_id,
+        "job_id": getattr(args, "job_id", None),
     }
     question = lambda inv: inv.diagnosis.explain_straggler(**arguments)  # noqa: E731
     result = answer(args, "explain", TOOL, arguments, question)

@@ -63,7 +63,8 @@ def render_stragglers(result: dict[str, Any]) -> str:
     span = "all stored data" if window["start"] is None and window["end"] is None else (
         f"{window['start'] or 'the start'} to {window['end'] or 'now'}"
     )  # fmt: skip
-    out = [f"Stragglers over {span}"]
+    job = result.get("job_id")
+    out = [f"Stragglers over {span}" + (f", job {job!r}" if job else "")]
     if result.get("no_data"):
         out.append(f"  {result['no_data']}")
     for cluster in result["clusters"]:

@@ -35,6 +35,7 @@ TOOLS = {
     "fleet.cluster.explain_straggler",
     "fleet.cluster.timeline",
     "fleet.cluster.find_hangs",
+    "fleet.cluster.jobs",
 }
 LAST_NS = START_NS + (ROWS - 1) * STEP_NS
 NOW_NS = LAST_NS + 30 * 10**9
@@ -254,7 +255,7 @@ def test_schema_resource_documents_columns_and_examples(con: duckdb.DuckDBPyConn
     assert {"comm_id", "seq", "enter_ns", "complete_ns", "rank", "node_id"} <= typed
     layers = {layer["name"]: layer for layer in doc["analysis_layers"]}
     assert {"rk_stragglers", "rk_instances", "rk_clock_offsets", "rk_episodes"} <= set(layers)
-    assert layers["rk_clock_offsets"]["parameters"] == ["start_ns", "end_ns", "cluster"]
+    assert layers["rk_clock_offsets"]["parameters"] == ["start_ns", "end_ns", "cluster", "job := NULL"]
     assert all(layer["purpose"] for layer in layers.values())
     columns = {c["name"]: c for c in doc["tables"][0]["columns"]}
     assert columns["timestamp_ns"]["unit"].startswith("ns") and columns["timestamp_ns"]["type"] == "BIGINT"

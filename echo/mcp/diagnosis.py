@@ -53,8 +53,10 @@ class Diagnosis:
         cluster_id: str | None = None,
         min_late_ms: float | None = None,
         max_episodes: int = MAX_EPISODES,
+        job_id: str | None = None,
     ) -> dict[str, Any]:
-        """The stragglers of the window; ``max_episodes`` bounds the episodes listed per straggler."""
+        """The stragglers of one job in the window (``job_id``, else the window's most recent job);
+        ``max_episodes`` bounds the episodes listed per straggler."""
         if min_late_ms is not None and not min_late_ms >= 0:
             raise DiagnosisError(
                 "min_late_ms must be a number of milliseconds >= 0 (omit it to use the noise)"
@@ -62,6 +64,7 @@ class Diagnosis:
         if not 1 <= max_episodes <= EPISODES_LIMIT:
             raise DiagnosisError(f"max_episodes must be between 1 and {EPISODES_LIMIT}")
         w = self._inv.window(window)
+        job = self._inv.jobs.resolve(w, job_id, cluster_id)
         result = self._inv.run_named(
             "find_stragglers",
             start_ns=w.start_ns,
@@ -69,9 +72,10 @@ class Diagnosis:
             cluster_id=cluster_id,
             min_late_ms=min_late_ms,
             max_episodes=max_episodes,
+            job_id=job,
         )
         rows, cut = self._inv.records(result)
-        rates = self._cluster_rates(w.start_ns, w.end_ns, cluster_id)
+        rates = self._cluster_rates(w.start_ns, w.end_ns, cluster_id, job)
         clusters: dict[str, dict[str, Any]] = {}
         stragglers: list[dict[str, Any]] = []
         noise: list[dict[str, Any]] = []
@@ -92,6 +96,7 @@ class Diagnosis:
             )
         return {
             "window": w.describe(),
+            "job_id": job,
             "no_data": None if clusters else no_data_message(self._inv, w, cluster_id),
             "clusters": list(clusters.values()),
             "stragglers": stragglers[:MAX_STRAGGLERS],
@@ -110,7 +115,10 @@ class Diagnosis:
         timestamp_ns: int | None = None,
         before_ms: float = 500.0,
         cluster_id: str | None = None,
+        job_id: str | None = None,
     ) -> dict[str, Any]:
+        """One late call of ``rank`` on ``node_id`` against its peers', within its job (``job_id``, else
+        the job of that call)."""
         if causal_chain_id is None and timestamp_ns is None:
             raise DiagnosisError(
                 "give causal_chain_id or timestamp_ns of the late call (find_stragglers lists both)"
@@ -119,8 +127,10 @@ class Diagnosis:
             raise DiagnosisError("before_ms must be between 0 and 60000")
         at_ns = timestamp_ns
         if causal_chain_id is not None and at_ns is None:
-            found = self._inv.run_named("locate_call", node_id=node_id, rank=rank, chain=causal_chain_id).rows
+            found = self._inv.run_named("locate_call", node_id=node_id, rank=rank, chain=causal_chain_id,
+                                        job_id=job_id).rows  # fmt: skip
             at_ns = int(found[0][1]) if found else None
+        job = job_id if job_id is not None else self._inv.jobs.at_call(node_id, rank, at_ns, causal_chain_id)
         span = 15_000_000_000  # enough steps around the call for its clocks and noise, and fast
         start, end = (at_ns - span, at_ns + span) if at_ns is not None else (None, None)
         arrival = self._inv.run_named(
@@ -132,6 +142,7 @@ class Diagnosis:
             rank=rank,
             at_ns=at_ns,
             chain=causal_chain_id,
+            job_id=job,
         )
         ranks, _ = self._inv.records(arrival)
         target = next((r for r in ranks if r["is_target"]), None)
@@ -178,6 +189,7 @@ class Diagnosis:
         return {
             "node_id": node_id,
             "rank": rank,
+            "job_id": job,
             "causal_chain_id": target["causal_chain_id"],
             "timestamp_ns": int(target["enter_c"]),
             "time": iso(int(target["enter_c"])),
@@ -211,8 +223,10 @@ class Diagnosis:
             ],
         }  # fmt: skip
 
-    def stall_costs(self, window: str | None = None, cluster_id: str | None = None) -> dict[str, Any]:
-        found = self.find_stragglers(window, cluster_id)
+    def stall_costs(
+        self, window: str | None = None, cluster_id: str | None = None, job_id: str | None = None
+    ) -> dict[str, Any]:
+        found = self.find_stragglers(window, cluster_id, job_id=job_id)
         stalls = [
             {k: s[k] for k in ("cluster_id", "kind", "node_id", "rank", "imposed_gpu_s")} | s["cost"]
             for s in found["stragglers"]
@@ -224,11 +238,12 @@ class Diagnosis:
         }
 
     def _cluster_rates(
-        self, start_ns: int | None, end_ns: int | None, cluster_id: str | None
+        self, start_ns: int | None, end_ns: int | None, cluster_id: str | None, job_id: str | None
     ) -> dict[str, float]:
         """Per cluster, the hourly rate of its most-used GPU model (the GPUs that wait are of that kind)."""
         rows, _ = self._inv.records(
-            self._inv.run_named("gpu_hours", start_ns=start_ns, end_ns=end_ns, cluster_id=cluster_id)
+            self._inv.run_named("gpu_hours", start_ns=start_ns, end_ns=end_ns, cluster_id=cluster_id,
+                                job_id=job_id)
         )
         best: dict[str, tuple[float, str | None]] = {}
         for row in rows:

@@ -1,4 +1,4 @@
-"""The fastmcp server: eight read-only ``fleet.cluster.*`` tools and the ``rankecho://schema`` resource.
+"""The fastmcp server: nine read-only ``fleet.cluster.*`` tools and the ``rankecho://schema`` resource.
 
 Each tool parses its arguments, calls one :class:`echo.mcp.tools.Investigation` method and returns its
 dict; errors a caller can fix become ``ToolError`` with the fix, anything else is masked (no traces or
@@ -36,8 +36,10 @@ INSTRUCTIONS = (
     "episodes for the timeline before that call. fleet.cluster.summary says what is stored (clusters, "
     "nodes, clock offsets, which agents attached mid-run); fleet.cluster.event_history reads raw events; "
     "fleet.cluster.run_analysis runs your own SQL (read rankecho://schema first); fleet.cluster.get_cost "
-    "prices GPU time and stalls. All tools are read-only; results are bounded and say when they were "
-    "truncated."
+    "prices GPU time and stalls. A cluster runs many jobs, each with ranks 0..N-1: the analysing tools "
+    "take job_id (default: the window's most recent job, named in the answer's job_id); "
+    "fleet.cluster.jobs lists the jobs. All tools are read-only; results are bounded and say when they "
+    "were truncated."
 )
 READ_ONLY = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
@@ -48,6 +50,14 @@ Window = Annotated[
     Field(
         description="Time window (UTC). Omit for all data; 'last 5m' (s/m/h/d, ending at the newest event); "
         "'2026-12-02T14:30:00Z/2026-12-02T14:35:00Z'; or '14:30-14:35' on the day of the newest event."
+    ),
+]
+JobId = Annotated[
+    str | None,
+    Field(
+        description="The job to analyse, as fleet.cluster.jobs lists it (the agent's rankecho.job.id; '' = "
+        "points without one, from older agents). Omit for the window's most recent job (named in the "
+        "answer's job_id)."
     ),
 ]
 Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description=f"Most rows to return (1..{MAX_LIMIT}).")]
@@ -86,7 +96,7 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
     )
 
     @mcp.tool(name="fleet.cluster.summary", annotations=READ_ONLY)
-    def summary(window: Window = None) -> dict[str, Any]:
+    def summary(window: Window = None, job_id: JobId = None) -> dict[str, Any]:
         """Overview of what Echo holds: clusters, nodes (with their ranks, event counts, last event and
         staleness in seconds: `stale_s` against Echo's clock, `behind_newest_s` against the newest event
         of any node, so a node that stopped reporting stands out), ranks (events, last event,
@@ -96,8 +106,9 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         `max_db_bytes`, null when off), metrics
         with counts, the time range, and `spools`: nodes whose agent still holds points in its disk spool
         (`spooled_points`, `oldest_age_s`), i.e. data not yet in Echo. `no_data` says where data is when
-        the window holds none. Call this first."""
-        return _answer(lambda: inv.summary(window))
+        the window holds none. The clock and alignment sections are one job's (`job_id`). Call this
+        first."""
+        return _answer(lambda: inv.summary(window, job_id))
 
     @mcp.tool(name="fleet.cluster.find_stragglers", annotations=READ_ONLY)
     def find_stragglers(
@@ -111,6 +122,7 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
                 "noise threshold, which always applies). Omit to use the noise threshold alone.",
             ),
         ] = None,
+        job_id: JobId = None,
     ) -> dict[str, Any]:
         """Which rank (or whole node) held the other ranks back in the window, by how much, how often, why,
         and what it cost. Ranks are compared on the same collective instance after correcting each node's
@@ -125,7 +137,7 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         healthy job says 'no straggler'. Late episodes too few or small to be told from noise are listed
         apart under isolated_late_episodes. When the window holds no agent data, no_data says for which
         clusters and times there is (an empty answer is then not a healthy job)."""
-        return _answer(lambda: inv.diagnosis.find_stragglers(window, cluster_id, min_late_ms))
+        return _answer(lambda: inv.diagnosis.find_stragglers(window, cluster_id, min_late_ms, job_id=job_id))
 
     @mcp.tool(name="fleet.cluster.find_hangs", annotations=READ_ONLY)
     def find_hangs(
@@ -163,6 +175,7 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         ] = None,
         before_ms: Annotated[float, Field(gt=0, le=60000, description="How far back to look (ms).")] = 500.0,
         cluster_id: str | None = None,
+        job_id: Annotated[str | None, Field(description="The job (default: the job of that call).")] = None,
     ) -> dict[str, Any]:
         """What one rank's calling thread did in the before_ms before it entered one collective: its timeline
         (each CUDA call and off-CPU interval, ms relative to the call), the time per cause class against the
@@ -170,7 +183,7 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         lateness at that collective. Give causal_chain_id or timestamp_ns from find_stragglers."""
         return _answer(
             lambda: inv.diagnosis.explain_straggler(node_id, rank, causal_chain_id, timestamp_ns, before_ms,
-                                                    cluster_id)
+                                                    cluster_id, job_id)
         )  # fmt: skip
 
     @mcp.tool(name="fleet.cluster.timeline", annotations=READ_ONLY)
@@ -187,6 +200,7 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         before_ms: Annotated[float, Field(gt=0, le=60000, description="Pre-call window drawn (ms).")] = 500.0,
         max_slices: Annotated[int, Field(ge=1, le=MAX_SLICES)] = 2000,
         heatmap: Annotated[bool, Field(description="Also the ranks x steps lateness heat map.")] = False,
+        job_id: JobId = None,
     ) -> dict[str, Any]:
         """The cross-rank timeline around a late episode, as the report draws it: a few steps, one lane per
         (node, rank), slices on the corrected clock (start_ns, end_ns): 'collective' (enter -> completion,
@@ -197,9 +211,11 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         says when slices were cut."""
 
         def answer() -> dict[str, Any]:
-            view = inv.timeline.around(window, cluster_id, node_id, rank, timestamp_ns, before_ms, max_slices)
+            view = inv.timeline.around(window, cluster_id, node_id, rank, timestamp_ns, before_ms, max_slices,
+                                       job_id)  # fmt: skip
             if heatmap:
-                view["heatmap"] = inv.timeline.heatmap(window, view["focus"].get("cluster_id"))["cells"]
+                view["heatmap"] = inv.timeline.heatmap(window, view["focus"].get("cluster_id"),
+                                                       job_id=view.get("job_id"))["cells"]  # fmt: skip
             return view
 
         return _answer(answer)
@@ -254,14 +270,26 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         return _answer(lambda: inv.run_analysis(sql, limit))
 
     @mcp.tool(name="fleet.cluster.get_cost", annotations=READ_ONLY)
-    def get_cost(window: Window = None, cluster_id: str | None = None) -> dict[str, Any]:
+    def get_cost(
+        window: Window = None, cluster_id: str | None = None, job_id: JobId = None
+    ) -> dict[str, Any]:
         """GPU-hours observed per (cluster, node, GPU model) in the window and their cost: each rank is one
         GPU, observed from its first to its last event; the rate per GPU-hour comes from the rates file by
         the rankecho.gpu.model attribute (default rate when unknown). Also the cost of the stalls: per
         straggler (as find_stragglers names them), the GPU-seconds the other ranks spent waiting for it
         times the rate, and that cost projected per day. Returns rows, stalls, totals and currency;
-        `no_data` says where data is when the window holds no GPU's events."""
-        return _answer(lambda: inv.get_cost(window, cluster_id))
+        `no_data` says where data is when the window holds no GPU's events. One job's (`job_id`)."""
+        return _answer(lambda: inv.get_cost(window, cluster_id, job_id))
+
+    @mcp.tool(name="fleet.cluster.jobs", annotations=READ_ONLY)
+    def jobs(window: Window = None, cluster_id: str | None = None) -> dict[str, Any]:
+        """The jobs in the window, newest first: one row per (cluster, job_id) with its ranks, world_size,
+        nodes, first and last collective call (first/last, node clocks), calls, steps and a one-line
+        straggler verdict (`stragglers`, for the newest 20). A cluster runs many jobs, one after another
+        and at once, each with ranks 0..N-1: pass a row's job_id to find_stragglers, explain_straggler,
+        timeline, summary or get_cost to analyse that job. job_id '' holds points without a job id (older
+        agents)."""
+        return _answer(lambda: inv.jobs.list(window, cluster_id))
 
     @mcp.resource(
         "rankecho://schema",

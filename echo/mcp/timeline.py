@@ -51,6 +51,7 @@ class Timeline:
         timestamp_ns: int | None = None,
         before_ms: float = 500.0,
         max_slices: int = MAX_SLICES,
+        job_id: str | None = None,
     ) -> dict[str, Any]:
         """The slices of a few steps around ``timestamp_ns`` (reference clock) or, without one, around the
         latest late episode of the top straggler of the window (else the window's last steps).
@@ -60,7 +61,7 @@ class Timeline:
         if not 0 < before_ms <= 60_000:
             raise TimelineError("before_ms must be between 0 and 60000")
         w = self._inv.window(window)
-        found = self._inv.diagnosis.find_stragglers(window, cluster_id, max_episodes=1)
+        found = self._inv.diagnosis.find_stragglers(window, cluster_id, max_episodes=1, job_id=job_id)
         focus = _focus(found, timestamp_ns)
         if focus["cluster_id"] is None:
             return {"window": w.describe(), "focus": focus, "lanes": [], "slices": [], "truncated": False,
@@ -84,11 +85,13 @@ class Timeline:
             node_id=node_id,
             rank=rank,
             before_ms=before_ms,
+            job_id=found["job_id"],
         )
         slices, cut = self._inv.records(result)
         lanes = sorted({(s["node_id"], s["rank"]) for s in slices})
         return {
             "window": w.describe(),
+            "job_id": found["job_id"],
             "range": {"from_ns": from_ns, "to_ns": to_ns, "from": iso(from_ns), "to": iso(to_ns)},
             "focus": focus,
             "threshold_ms": found["clusters"][0]["noise"]["threshold_ms"] if found["clusters"] else None,
@@ -98,9 +101,11 @@ class Timeline:
         }
 
     def heatmap(self, window: str | None = None, cluster_id: str | None = None,
-                max_steps: int = MAX_HEATMAP_STEPS) -> dict[str, Any]:  # fmt: skip
-        """Ranks x steps lateness (ms) of the latest ``max_steps`` steps of the window."""
+                max_steps: int = MAX_HEATMAP_STEPS, job_id: str | None = None) -> dict[str, Any]:  # fmt: skip
+        """Ranks x steps lateness (ms) of the latest ``max_steps`` steps of the window, of one job
+        (``job_id``, else the most recent one)."""
         w = self._inv.window(window)
+        job = self._inv.jobs.resolve(w, job_id, cluster_id)
         result = self._inv.run_named(
             "lateness_heatmap",
             max_rows=MAX_HEATMAP_CELLS,
@@ -108,9 +113,10 @@ class Timeline:
             end_ns=w.end_ns,
             cluster_id=cluster_id,
             max_steps=max_steps,
+            job_id=job,
         )
         cells, cut = self._inv.records(result)
-        return {"window": w.describe(), "cells": cells, "truncated": cut}
+        return {"window": w.describe(), "job_id": job, "cells": cells, "truncated": cut}
 
 
 def _focus(found: dict[str, Any], timestamp_ns: int | None) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from rankecho.echo.guard import Refused, check_sql, safe_message
 from rankecho.echo.mcp.coverage import no_data_message
 from rankecho.echo.mcp.diagnosis import Diagnosis
 from rankecho.echo.mcp.failures import Failures
+from rankecho.echo.mcp.jobs import Jobs
 from rankecho.echo.mcp.rates import Rates
 from rankecho.echo.mcp.sanitize import cap_rows, clean_text, json_safe, parse_attrs
 from rankecho.echo.mcp.timeline import Timeline
@@ -71,6 +72,8 @@ class Investigation:
         """find_stragglers, explain_straggler and the stall costs, on this investigation's reader."""
         self.failures = Failures(self, clock_ns)
         """find_hangs: open hangs (at the clock's now), crashes and desyncs."""
+        self.jobs = Jobs(self)
+        """Which job a tool analyses (given, else the window's most recent) and fleet.cluster.jobs."""
         self.timeline = Timeline(self)
         """The cross-rank timeline and lateness heat map the report and fleet.cluster.timeline show."""
 
@@ -114,17 +117,20 @@ class Investigation:
         return kept, cut or result.truncated
 
     # -- tools ------------------------------------------------------------------------------------
-    def summary(self, window: str | None = None) -> dict[str, Any]:
+    def summary(self, window: str | None = None, job_id: str | None = None) -> dict[str, Any]:
+        """The window's data; its clock and alignment sections are one job's (``job_id``, else the most
+        recent one, named in ``job_id``), the rest covers every job."""
         w = self.window(window)
         bounds: dict[str, Any] = {"start_ns": w.start_ns, "end_ns": w.end_ns}
+        job = self.jobs.resolve(w, job_id, None)
         totals_row, _ = self.records(self.run_named("summary_totals", **bounds))
         totals = totals_row[0]
         totals["first"], totals["last"] = iso(totals["first_ns"]), iso(totals["last_ns"])
         nodes, nodes_cut = self.records(self.run_named("summary_nodes", now_ns=self._clock_ns(), **bounds))
         ranks, ranks_cut = self.records(self.run_named("summary_ranks", max_rows=1000, **bounds))
         metrics, metrics_cut = self.records(self.run_named("summary_metrics", **bounds))
-        clock, clock_cut = self.records(self.run_named("clock_offsets", **bounds))
-        alignment, alignment_cut = self.records(self.run_named("stream_alignment", **bounds))
+        clock, clock_cut = self.records(self.run_named("clock_offsets", job_id=job, **bounds))
+        alignment, alignment_cut = self.records(self.run_named("stream_alignment", job_id=job, **bounds))
         spools, spools_cut = self.records(self.run_named("summary_spools", **bounds))  # data still on nodes
         retention = self.retention()
         for spool in spools:
@@ -140,6 +146,7 @@ class Investigation:
             entry["events"] += node["events"]
         return {
             "window": w.describe(),
+            "job_id": job,
             "no_data": None if totals["events"] else no_data_message(self, w, None),
             "totals": totals,
             "clusters": list(clusters.values()),
@@ -274,9 +281,14 @@ class Investigation:
             "elapsed_ms": round(result.elapsed_ms, 3),
         }
 
-    def get_cost(self, window: str | None = None, cluster_id: str | None = None) -> dict[str, Any]:
+    def get_cost(
+        self, window: str | None = None, cluster_id: str | None = None, job_id: str | None = None
+    ) -> dict[str, Any]:
+        """GPU time, its cost and the stalls' cost of one job (``job_id``, else the most recent one)."""
         w = self.window(window)
-        result = self.run_named("gpu_hours", start_ns=w.start_ns, end_ns=w.end_ns, cluster_id=cluster_id)
+        job = self.jobs.resolve(w, job_id, cluster_id)
+        result = self.run_named("gpu_hours", start_ns=w.start_ns, end_ns=w.end_ns, cluster_id=cluster_id,
+                                job_id=job)
         rows, cut = self.records(result)
         total_hours = total_cost = 0.0
         for row in rows:
@@ -287,6 +299,7 @@ class Investigation:
             total_cost += row["cost"]
         return {
             "window": w.describe(),
+            "job_id": job,
             "no_data": None if rows else no_data_message(self, w, cluster_id),
             "currency": self.rates.currency,
             "rates_source": self.rates.source,
@@ -294,7 +307,7 @@ class Investigation:
             "rows": rows,
             "total_gpu_hours": round(total_hours, 6),
             "total_cost": round(total_cost, 6),
-            **self.diagnosis.stall_costs(window, cluster_id),
+            **self.diagnosis.stall_costs(window, cluster_id, job),
             "truncated": cut,
         }
 

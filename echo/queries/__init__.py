@@ -29,6 +29,8 @@ from typing import Any
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _PARAM = re.compile(r"\$([A-Za-z_]\w*)")
+OPTIONAL: Mapping[str, Any] = {"job_id": None}
+"""Parameters a caller may leave out: ``$job_id`` NULL = every job (the analysis layers' ``job := NULL``)."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,9 @@ class NamedQuery:
     params: frozenset[str]
 
     def bind(self, **values: Any) -> dict[str, Any]:
-        """The parameter dict for this query; every ``$param`` must be given, and nothing else."""
+        """The parameter dict for this query; every ``$param`` must be given, and nothing else, except
+        those of :data:`OPTIONAL`, which default to their value there."""
+        values = {k: v for k, v in OPTIONAL.items() if k in self.params} | values
         missing = sorted(self.params - values.keys())
         extra = sorted(values.keys() - self.params)
         if missing or extra:

@@ -1,14 +1,15 @@
 -- Named queries behind the diagnosis tools (find_stragglers, explain_straggler, the clock section of
 -- summary, the stall costs of get_cost) and `rankecho diagnose`. Each is a thin call of the analysis
 -- layers (echo/queries/layers/); $start_ns / $end_ns NULL = open window, $cluster_id NULL = every
--- cluster, $min_late_ms NULL = the threshold comes from the job's own noise alone.
+-- cluster, $min_late_ms NULL = the threshold comes from the job's own noise alone, $job_id (optional)
+-- NULL = every job, '' = points without a job id.
 
 -- name: find_stragglers
 -- The stragglers of every cluster in the window (rk_stragglers), significant ones first, by imposed
 -- wait, each with its latest $max_episodes episodes (oldest first; the column episodes counts them
 -- all); a cluster without any appears once with kind NULL and its noise level.
 SELECT * REPLACE (list_slice(episode_list, -$max_episodes, -1) AS episode_list)
-FROM rk_stragglers($start_ns, $end_ns, $cluster_id, min_late_ms := $min_late_ms)
+FROM rk_stragglers($start_ns, $end_ns, $cluster_id, min_late_ms := $min_late_ms, job := $job_id)
 LIMIT $max_rows;
 
 -- name: clock_offsets
@@ -16,7 +17,7 @@ LIMIT $max_rows;
 -- uncertainty, the instances it rests on and the reference node (offset 0).
 SELECT cluster_id, node_id, ranks, offset_ns / 1e6 AS offset_ms, uncertainty_ns / 1e6 AS uncertainty_ms,
        instances, reference_node
-FROM rk_clock_offsets($start_ns, $end_ns, NULL)
+FROM rk_clock_offsets($start_ns, $end_ns, NULL, job := $job_id)
 ORDER BY cluster_id, node_id
 LIMIT $max_rows;
 
@@ -25,7 +26,7 @@ LIMIT $max_rows;
 -- 'aligned' means an agent attached mid-run or restarted; 'unmatched' streams are left out.
 SELECT cluster_id, alignment, count(*) AS streams, sum(calls) AS calls,
        list(DISTINCT node_id ORDER BY node_id) AS nodes, max(fit_ns) / 1e6 AS worst_fit_ms
-FROM rk_stream_alignment($start_ns, $end_ns, NULL)
+FROM rk_stream_alignment($start_ns, $end_ns, NULL, job := $job_id)
 GROUP BY ALL
 ORDER BY cluster_id, alignment
 LIMIT $max_rows;
@@ -33,9 +34,10 @@ LIMIT $max_rows;
 -- name: locate_call
 -- The node-clock time of ($node_id, $rank)'s collective with causal_chain_id $chain as the agent
 -- sent it (a realigned id is resolved by explain_arrival).
-SELECT cluster_id, enter_ns
+SELECT cluster_id, enter_ns, job_id
 FROM collectives
 WHERE node_id = $node_id AND rank = $rank AND causal_chain_id = $chain
+  AND ($job_id IS NULL OR job_id = $job_id)
 ORDER BY enter_ns
 LIMIT 1;
 
@@ -44,7 +46,7 @@ LIMIT 1;
 -- realigned id is $chain: every rank's arrival at it on the reference clock, with lateness, the GPU
 -- rule's verdict and which row is the rank asked about (is_target); with each rank's pre-call window as
 -- its agent summarised it (window_ms and ms per class; NULL when the agent sent raw intervals instead).
-WITH l AS MATERIALIZED (SELECT * FROM rk_lateness($start_ns, $end_ns, $cluster_id)),
+WITH l AS MATERIALIZED (SELECT * FROM rk_lateness($start_ns, $end_ns, $cluster_id, job := $job_id)),
 target AS (
     SELECT cluster_id, comm_key, seq_g
     FROM l

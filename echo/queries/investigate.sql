@@ -211,7 +211,8 @@ LIMIT $max_rows;
 -- Observed GPU time per (cluster, node, GPU model): each (node, rank) is one GPU, observed from its
 -- first to its last event in the window; the model is the rankecho.gpu.model attribute (NULL when no
 -- event of that GPU carries it). The agent's own points (rank NULL: health, spool, self-metrics) are
--- no GPU: counted, they made a 4-rank node 5 GPUs.
+-- no GPU: counted, they made a 4-rank node 5 GPUs. $job_id (optional): only that job's GPUs ('' =
+-- events without rankecho.job.id), NULL = every job.
 WITH gpus AS (
     SELECT cluster_id, node_id, rank,
            max(json_extract_string(attrs_json, '$."rankecho.gpu.model"')) AS gpu_model,
@@ -221,6 +222,7 @@ WITH gpus AS (
       AND ($start_ns IS NULL OR timestamp_ns >= $start_ns)
       AND ($end_ns IS NULL OR timestamp_ns < $end_ns)
       AND ($cluster_id IS NULL OR cluster_id = $cluster_id)
+      AND ($job_id IS NULL OR coalesce(json_extract_string(attrs_json, '$."rankecho.job.id"'), '') = $job_id)
     GROUP BY cluster_id, node_id, rank
 )
 SELECT cluster_id, node_id, gpu_model, count(*) AS gpus, sum(hours) AS gpu_hours

@@ -2,7 +2,7 @@
 -- reads (fleet.cluster.timeline): the analysis layers' own rows (rk_lateness), on the reference clock,
 -- never a second derivation of who was late. $start_ns / $end_ns: the analysis window (the noise and
 -- the threshold come from it, as in find_stragglers); $from_ns / $to_ns: the part of it drawn
--- (reference clock); $cluster_id, $node_id, $rank NULL = every one.
+-- (reference clock); $cluster_id, $node_id, $rank NULL = every one; $job_id (optional) NULL = every job.
 
 -- name: timeline_slices
 -- One row per slice in [$from_ns, $to_ns), per (node, rank) lane, on the reference clock (start_ns, end_ns):
@@ -12,7 +12,7 @@
 -- call of the step: what explain_straggler looks at), and the rank's host activity: 'sync', 'malloc', 'free', 'memcpy',
 -- 'offcpu' (state: sleeping or preempted). Clipped to the range; at most $max_rows, earliest first.
 WITH l AS MATERIALIZED (
-    SELECT * FROM rk_lateness($start_ns, $end_ns, $cluster_id)
+    SELECT * FROM rk_lateness($start_ns, $end_ns, $cluster_id, job := $job_id)
     WHERE ($node_id IS NULL OR node_id = $node_id) AND ($rank IS NULL OR rank = $rank)
       AND enter_c - $before_ms * 1e6 < $to_ns AND greatest(done_c, enter_c) >= $from_ns
 ),
@@ -80,7 +80,7 @@ LIMIT $max_rows;
 WITH l AS (
     SELECT cluster_id, node_id, rank, step, greatest(host_late_ns, coalesce(gpu_late_ns, 0)) / 1e6 AS late_ms,
            (host_late OR gpu_late_ns IS NOT NULL) AS late, threshold_ns
-    FROM rk_lateness($start_ns, $end_ns, $cluster_id)
+    FROM rk_lateness($start_ns, $end_ns, $cluster_id, job := $job_id)
     WHERE on_primary AND pos = 0 AND step IS NOT NULL
 ),
 kept AS (
