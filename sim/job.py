@@ -26,6 +26,19 @@ from rankecho.sim.procs import LaunchError
 from rankecho.sim.scenario import Node
 
 
+@dataclass(frozen=True)
+class SimRun:
+    """One job launched on a :class:`SimJob`'s nodes: its rendezvous port (MASTER_PORT, also what keeps
+    its barriers apart from another job's), TORCHELASTIC_RUN_ID (None: none, so the agent names the job by
+    its rendezvous and first start time) and the prefix of its rank logs. Several runs on one SimJob are
+    several jobs on the same nodes, traced by the same agents: at once (different ports) or one after
+    the other (same port and ranks)."""
+
+    port: int
+    run_id: str | None
+    tag: str = ""
+
+
 @dataclass
 class SimJob:
     root: Path
@@ -72,20 +85,33 @@ class SimJob:
         wait_ready(agents)
         return agents
 
-    def start_rank(self, rank: int, args: list[str], program: Path | None = None) -> subprocess.Popen[bytes]:
+    @property
+    def main_run(self) -> SimRun:
+        """The job :meth:`start_ranks` launches by default (the SimJob's own port and run id)."""
+        return SimRun(self.master_port, self.run_id)
+
+    def another_run(self, tag: str, run_id: str | None = "", port: int | None = None) -> SimRun:
+        """Another job on these nodes: a fresh port unless ``port`` (the same port and ranks: a job
+        that follows another); ``run_id`` "" means ``sim-<port>-<tag>``, None no run id."""
+        port = port if port is not None else free_port()
+        return SimRun(port, f"sim-{port}-{tag}" if run_id == "" else run_id, tag)
+
+    def start_rank(self, rank: int, args: list[str], program: Path | None = None,
+                   run: SimRun | None = None) -> subprocess.Popen[bytes]:  # fmt: skip
+        run = run or self.main_run
         node = self.nodes[rank // self.ranks_per_node]
         lib = self.lib_dir(node)
         env = torch_env(rank, self.world, node, rank % self.ranks_per_node, self.ranks_per_node,
-                        self.master_port, lib, run_id=self.run_id)
+                        run.port, lib, run_id=run.run_id)
         env["SIMRANK_LIB_DIR"] = str(lib)  # what the dlopen build loads
-        cmd = [str(program or self.simrank), *args, "--log", str(self.root / f"rank{rank}.log")]
+        cmd = [str(program or self.simrank), *args, "--log", str(self.rank_log_path(rank, run))]
         return subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
 
     def start_ranks(
-        self, args: list[str], per_rank: dict[int, list[str]] | None = None
+        self, args: list[str], per_rank: dict[int, list[str]] | None = None, run: SimRun | None = None
     ) -> list[subprocess.Popen[bytes]]:
         per_rank = per_rank or {}
-        return [self.start_rank(r, args + per_rank.get(r, [])) for r in range(self.world)]
+        return [self.start_rank(r, args + per_rank.get(r, []), run=run) for r in range(self.world)]
 
     def wait(self, ranks: list[subprocess.Popen[bytes]], timeout_s: float = 120.0) -> None:
         """Every rank exits 0 within ``timeout_s`` (all are killed otherwise)."""
@@ -100,8 +126,11 @@ class SimJob:
             if p.returncode != 0:
                 raise LaunchError(f"rank exited {p.returncode}: {err.decode(errors='replace')}")
 
-    def rank_log(self, rank: int) -> str:
-        return (self.root / f"rank{rank}.log").read_text()
+    def rank_log_path(self, rank: int, run: SimRun | None = None) -> Path:
+        return self.root / f"{run.tag if run else ''}rank{rank}.log"
+
+    def rank_log(self, rank: int, run: SimRun | None = None) -> str:
+        return self.rank_log_path(rank, run).read_text()
 
 
 def stop_all(agents: list[Agent], grace_s: float = 30.0) -> list[int]:
