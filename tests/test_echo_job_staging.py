@@ -55,9 +55,9 @@ def test_migration_005_backfills_job_ids_of_a_v2_store(tmp_path: Path) -> None:
         con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
                     "applied_ns BIGINT NOT NULL)")  # fmt: skip
         con.execute("INSERT INTO schema_version VALUES (1, ?, 0), (2, ?, 0)", [v1.name, v2.name])
-        for table in ("events", "collectives", "host_activity"):
-            con.register("copied", src.sql(f"SELECT * EXCLUDE (job_id) FROM {table}"
-                                           if table != "events" else "SELECT * FROM events").to_arrow_table())
+        for table in ("events", "collectives", "host_activity"):  # the v2 columns of the fresh store's rows
+            columns = ", ".join(r[0] for r in con.execute(f"DESCRIBE {table}").fetchall())
+            con.register("copied", src.sql(f"SELECT {columns} FROM {table}").to_arrow_table())
             con.execute(f"INSERT INTO {table} SELECT * FROM copied")
             con.unregister("copied")
         assert migrate(con) == available()[-1].version
@@ -67,3 +67,18 @@ def test_migration_005_backfills_job_ids_of_a_v2_store(tmp_path: Path) -> None:
         assert got == src.execute("SELECT event_id, job_id FROM host_activity UNION ALL "
                                   "SELECT event_id, job_id FROM collectives ORDER BY 1").fetchall()
     assert ("q/runq", "torchelastic:r1") in got and ("old-2", "") in got
+
+
+def test_a_store_that_skipped_005_gets_it(tmp_path: Path) -> None:
+    """Numbered on parallel branches: a store migrated to v6 before v5 was merged still gets v5."""
+    path = tmp_path / "s.db"
+    with Echo(local_settings(path)) as echo:
+        export_two_jobs(echo)
+    with duckdb.connect(str(path)) as con:
+        for table in ("collectives", "host_activity"):
+            con.execute(f"ALTER TABLE {table} DROP COLUMN job_id")
+        con.execute("DELETE FROM schema_version WHERE version = 5")
+        assert migrate(con) == available()[-1].version
+        assert 5 in {r[0] for r in con.execute("SELECT version FROM schema_version").fetchall()}
+        assert con.execute("SELECT event_id, job_id FROM collectives ORDER BY 1").fetchall() == [
+            ("coll-1", "torchelastic:r1"), ("old-2", "")]

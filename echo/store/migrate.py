@@ -70,7 +70,10 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
         raise SchemaTooNewError(
             f"store schema is v{have} but this Echo knows up to v{newest}: upgrade rankecho"
         )
-    pending = [m for m in migrations if m.version > have]
+    # Every migration not recorded, not only those above the newest one: migrations are numbered on
+    # parallel branches, so a store may hold v6 without v5 (v5 merged later); each adds its own columns.
+    applied = {int(r[0]) for r in con.execute("SELECT version FROM schema_version").fetchall()}
+    pending = [m for m in migrations if m.version not in applied]
     if not pending:
         return have
     # One transaction for every pending migration: a crash leaves the store at its old version, and the
@@ -88,5 +91,4 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
     except Exception:
         rollback(con)  # keeps the migration's own error (e.g. disk full) as the one raised
         raise
-    have = pending[-1].version
-    return have
+    return max(have, pending[-1].version)
