@@ -25,7 +25,7 @@ import rankecho.echo.store.writer as writer_module
 from rankecho.echo.ops import Stats
 from rankecho.echo.settings import Settings
 from rankecho.echo.store.condition import FIXES, checkpoint_room
-from rankecho.echo.store.migrate import available, migrate
+from rankecho.echo.store.migrate import migrate
 from rankecho.echo.store.writer import (
     QueueFullError,
     StoreError,
@@ -88,8 +88,9 @@ def collectives(con: duckdb.DuckDBPyConnection) -> list[tuple[object, ...]]:
     return con.cursor().execute("SELECT count(*), count(DISTINCT event_id) FROM collectives").fetchall()
 
 
-def test_insert_sql_names_the_columns() -> None:
-    assert insert_sql(["a", "b"]) == "INSERT INTO events (a, b) SELECT a, b FROM incoming"
+def test_insert_sql_names_the_columns_and_skips_duplicates_only_when_asked() -> None:
+    assert insert_sql(["a", "b"], False) == "INSERT INTO events (a, b) SELECT a, b FROM incoming"
+    assert insert_sql(["a"], True) == "INSERT INTO events (a) SELECT a FROM incoming ON CONFLICT DO NOTHING"
 
 
 def test_the_writers_defaults_are_echos_settings(db: Path) -> None:
@@ -172,7 +173,7 @@ def test_acknowledged_counts_are_the_rows_new_to_the_store(con: duckdb.DuckDBPyC
     assert writer.submit(table(ids("a", 3), COLLECTIVE)).result(10) == 3
     resend = ["a2", "d", "a0"]
     assert writer.submit(table(resend, COLLECTIVE)).result(10) == 1  # only "d" is new
-    assert writer.submit(table(["e", "f"], COLLECTIVE)).result(10) == 2
+    assert writer.submit(table(["e", "f"], COLLECTIVE)).result(10) == 2  # after a resend: ON CONFLICT first
     assert writer.submit(table(["e", "f"], COLLECTIVE)).result(10) == 0  # all resent
     writer.stop(timeout=5)
     for name in ("incoming", writer_module.STAGED):  # no batch stays registered (held in memory)
@@ -215,7 +216,7 @@ def test_rollback_undoes_and_keeps_a_failed_commits_cause(
     rows = table(["a"])
     con.register("incoming", rows)
     con.execute("BEGIN TRANSACTION")
-    con.execute(insert_sql(rows.schema.names))
+    con.execute(insert_sql(rows.schema.names, False))
     rollback(con)
     assert count(con) == 0
     con.execute("BEGIN TRANSACTION")  # the transaction ended: a new one starts
@@ -440,54 +441,3 @@ def test_a_checkpoint_without_room_is_skipped_and_says_why(
             f"{room.need_bytes >> 20} MiB needed; the write-ahead log stays and replays at the next "
             "start (free space on the volume)") in messages(caplog)  # fmt: skip
     assert writer.checkpoint() is True and not wal.exists()
-
-
-def test_a_batch_repeating_an_id_stores_it_once(con: duckdb.DuckDBPyConnection) -> None:
-    writer = started(con)
-    assert writer.submit(table(["x", "x", "y", "x"], COLLECTIVE)).result(10) == 2
-    assert writer.submit(table(["y", "z", "z"], COLLECTIVE)).result(10) == 1
-    writer.stop(timeout=5)
-    assert count(con) == 3 and collectives(con) == [(3, 3)]
-
-
-def test_a_resend_is_found_whatever_else_its_batch_spans(con: duckdb.DuckDBPyConnection) -> None:
-    """The stored ids are looked up in the batch's own time span: a resent point merged with points an
-    hour later (a spool draining beside live data) is still found, and only the new ones are stored."""
-    writer = started(con)
-    first = table(ids("p", 4), COLLECTIVE)
-    assert writer.submit(first).result(10) == 4
-    later = table(["q0"], COLLECTIVE)
-    later = later.set_column(1, "timestamp_ns", pa.array([first["timestamp_ns"][0].as_py() + 3_600 * 10**9]))
-    with writer.hold():
-        resent = writer.submit(first.slice(1, 2))
-        new = writer.submit(later)
-    assert (resent.result(10), new.result(10)) == (1, 1)  # one merged commit: one new row
-    writer.stop(timeout=5)
-    assert count(con) == 5 and collectives(con) == [(5, 5)]
-
-
-EVENTS_INDEXES = "SELECT count(*) FROM duckdb_indexes() WHERE table_name = 'events'"
-
-
-def test_a_keyed_store_migrates_to_the_unkeyed_table_with_every_row(tmp_path: Path) -> None:
-    """A store written before v6 (primary key and two indexes on events) keeps every row and its
-    typed copies; resends of its rows are still found afterwards."""
-    path = tmp_path / "old.db"
-    before = [m for m in available() if m.version < 6]
-    with duckdb.connect(str(path)) as old:
-        old.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-                    "applied_ns BIGINT NOT NULL)")  # fmt: skip
-        for m in before:
-            old.execute(m.sql)
-            old.execute("INSERT INTO schema_version VALUES (?, ?, 0)", [m.version, m.name])
-        old.register("incoming", table(ids("k", 5), COLLECTIVE))
-        old.execute(insert_sql(table(["k"]).schema.names))
-        assert old.execute(EVENTS_INDEXES).fetchone() == (2,)
-    with duckdb.connect(str(path)) as con:
-        assert migrate(con) == available()[-1].version
-        assert count(con) == 5
-        assert con.execute(EVENTS_INDEXES).fetchone() == (0,)
-        writer = started(con)
-        assert writer.submit(table(ids("k", 7), COLLECTIVE)).result(10) == 2
-        writer.stop(timeout=5)
-        assert count(con) == 7
