@@ -68,7 +68,7 @@ class RetentionPolicy:
     step_budget_s: float = 0.25
     """How long one step aims to hold the writer: the rows a step may delete follow the cost per row the
     previous step measured, so a step stays a short transaction at any ingest rate and whatever a row
-    costs to delete (under 0.1 us for unkeyed tables, ~20 us for ``events`` while it had a primary key:
+    costs to delete (under 0.1 us for unkeyed tables, ~20 us for ``events`` with its primary key:
     docs/echo.md, "Retention")."""
     first_span_s: float = 1.0
     """The time span of a pass's first step: small, since a second of a large job is ~20k rows."""
