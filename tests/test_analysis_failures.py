@@ -3,6 +3,7 @@ events written as the agent sends them and staged by Echo's own staging, in a re
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -27,11 +28,17 @@ WORLD = 4
 COMM = "w0rld"
 
 
+EVENT_IDS = itertools.count()
+"""Event ids unique across the Job objects of a test (a later look at a store adds a second Job)."""
+
+
 class Job:
     """A 4-rank job's events: collectives step by step, exits; written to the store by ``write``."""
 
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
+        self.written = 0
+        """Events already in the store: a second write (a later look at the same job) adds only the rest."""
 
     def collective(
         self, rank: int, seq: int, done: bool = True, nbytes: int = 1024, op: str = "ncclAllReduce",
@@ -60,19 +67,21 @@ class Job:
 
     def _add(self, rank: int, metric: str, ts: int, attrs: dict[str, Any], chain: str, **value: Any) -> None:
         attrs[c.CAUSAL_CHAIN_ID] = chain
-        self.events.append({"event_id": f"e{len(self.events)}", "timestamp_ns": ts, "received_ns": ts,
+        self.events.append({"event_id": f"e{next(EVENT_IDS)}", "timestamp_ns": ts, "received_ns": ts,
                             "signal": "metric", "cluster_id": "c1", "node_id": f"n{rank // 2}",
                             "metric_name": metric, "rank": rank, "nranks": WORLD,
                             "value_double": value.get("value_double"), "value_int": value.get("value_int"),
                             "causal_chain_id": chain, "attrs_json": json.dumps(attrs)})  # fmt: skip
 
     def write(self, con: duckdb.DuckDBPyConnection) -> None:
-        if not self.events:
+        new = self.events[self.written:]
+        if not new:
             return
+        self.written = len(self.events)
         con.execute("CREATE TEMP TABLE src AS SELECT * FROM events LIMIT 0")
-        cols = list(self.events[0])
+        cols = list(new[0])
         con.executemany(f"INSERT INTO src ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                        [[e[k] for k in cols] for e in self.events])  # fmt: skip
+                        [[e[k] for k in cols] for e in new])  # fmt: skip
         con.execute("INSERT INTO events SELECT * FROM src")
         backfill(con, "src")
         con.execute("DROP TABLE src")
