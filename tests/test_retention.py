@@ -292,7 +292,7 @@ def test_max_db_size_moves_the_cutoff_until_the_store_fits(tmp_path: Path) -> No
         assert 0 < kept[2] < 600_000
         file_bytes = path.stat().st_size
         fill(con, now, 50_000, 1000)  # new rows reuse the freed blocks: the file does not grow
-        assert path.stat().st_size == file_bytes
+        assert path.stat().st_size <= file_bytes  # a checkpoint may also truncate free blocks at the end
 
 
 def test_a_busy_minute_after_quiet_hours_is_deleted_in_bounded_steps(tmp_path: Path) -> None:
