@@ -102,6 +102,25 @@ PRE_PRESYNC_MS: Final = "rankecho.pre.presync_ms"
 window, less the run-queue waits behind other work that ended them (the GPU rule's input)."""
 LAUNCHES: Final = "rankecho.cuda.launches"
 """Of a step's first collective: cudaLaunchKernel calls by its thread since the previous count."""
+STACK_ID: Final = "rankecho.stack.id"
+"""Of a collective (its enter), a raw interval (a long CUDA call's entry, an off-CPU switch-out) or a
+stack point: 16 lowercase hex digits, a content hash of the symbolised frames (``stack_id`` in
+:mod:`rankecho.shared.stacks`), so equal stacks have equal ids on every node and across restarts."""
+STACK_FRAMES: Final = "rankecho.stack.frames"
+"""Of a stack point: the frames, innermost (callee) first, joined by newlines. A native frame
+is its function (``cudaMalloc``; GCC clone suffixes such as ``.constprop.0`` dropped; ``[unknown]`` when
+no symbol covers it); a Python frame is ``<file basename>:<function>:<line>`` (``train.py:forward:88``)."""
+STACK_TRUNCATED: Final = "rankecho.stack.truncated"
+"""Of a stack point: true when the walk stopped early (a binary without frame pointers, or the depth
+cap), so the outer frames are missing rather than absent."""
+PRE_STACK_SUFFIX: Final = "_stack"
+"""``rankecho.pre.<class>_stack``: of a collective with the breakdown, the id of the stack that carried
+the most time of that class in the window (one per class present)."""
+PRE_ONCPU_STACK: Final = "rankecho.pre.oncpu_stack"
+"""Of a collective with the breakdown: the stack the low-rate on-CPU sampler saw most in the window (the
+host-compute share's stack); absent when no sample fell in the window."""
+PRE_ONCPU_SAMPLES: Final = "rankecho.pre.oncpu_samples"
+"""Of a collective with ``PRE_ONCPU_STACK``: the number of on-CPU samples of the window."""
 EXIT_STATUS: Final = "rankecho.process.exit_status"
 """Of a process exit: the status it passed to exit_group (0..255); absent when it died another way (a
 signal) or the agent missed the call."""
@@ -124,6 +143,10 @@ M_OFFCPU: Final = "rankecho.sched.offcpu"
 """timestamp = switch-out; value_double = ms off CPU; state and call in flight as attributes."""
 M_HEALTH: Final = "rankecho.health.score"
 """Per-rank health in [0, 1]; formula in docs/health.md. The stress tool's synthetic metric too."""
+M_STACK: Final = "rankecho.stack"
+"""One per distinct stack per agent (shipped once per node, then referenced by ``rankecho.stack.id``).
+timestamp = first seen; value_int = number of frames; attributes ``STACK_ID``, ``STACK_FRAMES``,
+``STACK_TRUNCATED``."""
 M_PROCESS_EXIT: Final = "rankecho.process.exit"
 """One per traced process that exits while its agent runs. timestamp = exit; value_int = the exit status
 (``rankecho.process.exit_status``), -1 when unknown."""
