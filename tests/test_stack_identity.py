@@ -8,7 +8,8 @@ def test_equal_frames_give_equal_ids_and_any_change_another() -> None:
     frames = ["cudaMalloc", "allocate_cache", "train.py:forward:88"]
     assert stack_id(frames) == stack_id(list(frames))
     assert len(stack_id(frames)) == 16 and int(stack_id(frames), 16) >= 0
-    others = [frames[::-1], frames[:2], [*frames, "main"], ["cudaMalloc", "allocate_cache", "train.py:forward:89"]]
+    moved_line = ["cudaMalloc", "allocate_cache", "train.py:forward:89"]
+    others = [frames[::-1], frames[:2], [*frames, "main"], moved_line]
     assert len({stack_id(f) for f in [frames, *others]}) == 5
 
 
