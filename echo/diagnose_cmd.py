@@ -52,6 +52,8 @@ def _failures(args: argparse.Namespace) -> dict[str, Any] | None:
     """find_hangs' answer when it names anything; None when it names nothing or cannot be asked (an older
     Echo without the tool: the straggler answer still stands, with a note on stderr)."""
     arguments = {"window": args.window, "cluster_id": args.cluster_id}
+    if getattr(args, "job_id", None):  # else every job: a hang in any of them comes first
+        arguments["job_id"] = args.job_id
     try:
         found = ask(
             args, "diagnose", FAILURES_TOOL, arguments, lambda inv: inv.failures.find_hangs(**arguments)

@@ -35,7 +35,9 @@ EVENT_IDS = itertools.count()
 class Job:
     """A 4-rank job's events: collectives step by step, exits; written to the store by ``write``."""
 
-    def __init__(self) -> None:
+    def __init__(self, job_id: str | None = None, comm: str = COMM) -> None:
+        self.job_id, self.comm = job_id, comm
+        """Sent as rankecho.job.id when given (else none, as older agents); each job its own communicator."""
         self.events: list[dict[str, Any]] = []
         self.written = 0
         """Events already in the store: a second write (a later look at the same job) adds only the rest."""
@@ -45,12 +47,12 @@ class Job:
         late_ns: int = 0,
     ) -> None:
         enter = T0 + seq * STEP_NS + late_ns
-        attrs: dict[str, Any] = {c.COMM_ID: COMM, c.SEQ: seq, c.SEQ_ALIGNED: True, c.OP: op, c.BYTES: nbytes,
+        attrs: dict[str, Any] = {c.COMM_ID: self.comm, c.SEQ: seq, c.SEQ_ALIGNED: True, c.OP: op, c.BYTES: nbytes,
                                  c.COMM_RANK: rank, c.COMM_NRANKS: WORLD, c.ENTER_NS: enter,
                                  c.RETURN_NS: enter + 10_000, c.PROCESS_PID: 100 + rank}  # fmt: skip
         if done:
             attrs[c.COMPLETE_NS] = T0 + seq * STEP_NS + 5_000_000
-        self._add(rank, c.M_COLLECTIVE, enter, attrs, f"{COMM}:{seq}", value_double=5.0)
+        self._add(rank, c.M_COLLECTIVE, enter, attrs, f"{self.comm}:{seq}", value_double=5.0)
 
     def steps(self, n: int, ranks: range = range(WORLD)) -> None:
         for seq in range(n):
@@ -62,11 +64,13 @@ class Job:
         if status is not None:
             attrs[c.EXIT_STATUS] = status
         at = T0 + round(at_seq * STEP_NS)
-        self._add(rank, c.M_PROCESS_EXIT, at, attrs, f"{COMM}:{int(at_seq)}",
+        self._add(rank, c.M_PROCESS_EXIT, at, attrs, f"{self.comm}:{int(at_seq)}",
                   value_int=-1 if status is None else status)  # fmt: skip
 
     def _add(self, rank: int, metric: str, ts: int, attrs: dict[str, Any], chain: str, **value: Any) -> None:
         attrs[c.CAUSAL_CHAIN_ID] = chain
+        if self.job_id is not None:
+            attrs[c.JOB_ID] = self.job_id
         self.events.append({"event_id": f"e{next(EVENT_IDS)}", "timestamp_ns": ts, "received_ns": ts,
                             "signal": "metric", "cluster_id": "c1", "node_id": f"n{rank // 2}",
                             "metric_name": metric, "rank": rank, "nranks": WORLD,
@@ -196,3 +200,26 @@ def test_diagnose_prints_the_failures_first(tmp_path: Path) -> None:
     data = json.loads(subprocess.run([*run, "--json"], capture_output=True, text=True, check=True).stdout)
     assert [x["rank"] for x in data["failures"]["crashes"] if x["first"]] == [2]
     assert "stragglers" in data
+
+
+def test_two_jobs_on_one_cluster_keep_their_failures_apart(con: duckdb.DuckDBPyConnection) -> None:
+    """Both jobs have ranks 0..3 on the same nodes. Job b's rank 2 crashing must neither hide job a's hung
+    rank 2 (as 'exited') nor be counted with it; job_id narrows the answer to one job."""
+    a, b = Job("a", comm="commA"), Job("b", comm="commB")
+    for job in (a, b):
+        job.steps(20)
+        for rank in (0, 1, 3):
+            job.collective(rank, 20, done=False)
+    b.exit(2, 20.2, 1)  # b's rank 2 crashed before seq 20; a's rank 2 is alive and never came
+    a.exit(1, 20.3, 1)  # after b's crash, but the first exit of job a
+    a.write(con)
+    now = T0 + 20 * STEP_NS + 31 * 10**9
+    answer = find(con, b, now)
+    assert [(h["job_id"], h["missing"], h["exited"]) for h in answer["hangs"]] == [("a", [2], [])]
+    crashes = [(x["job_id"], x["rank"], x["status"], x["first"]) for x in answer["crashes"]]
+    assert crashes == [("b", 2, 1, True), ("a", 1, 1, True)]
+    inv = Investigation(Reader(con), load_rates(), clock_ns=lambda: now).failures
+    only_a, only_b = inv.find_hangs(job_id="a"), inv.find_hangs(job_id="b")
+    assert (len(only_a["hangs"]), [x["rank"] for x in only_a["crashes"]], only_a["job_id"]) == (1, [1], "a")
+    assert (only_b["hangs"], [x["rank"] for x in only_b["crashes"]]) == ([], [2])
+    assert inv.find_hangs(job_id="nope")["verdict"] == "no hang, crash or desync"

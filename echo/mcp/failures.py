@@ -34,15 +34,23 @@ class Failures:
         self._clock_ns = clock_ns
 
     def find_hangs(
-        self, window: str | None = None, cluster_id: str | None = None, min_open_s: float | None = None
+        self,
+        window: str | None = None,
+        cluster_id: str | None = None,
+        min_open_s: float | None = None,
+        job_id: str | None = None,
     ) -> dict[str, Any]:
-        """Open hangs now, crashes and desyncs in the window; ``min_open_s`` overrides the hang threshold."""
+        """Open hangs now, crashes and desyncs in the window; ``min_open_s`` overrides the hang threshold.
+        Every job unless ``job_id`` names one: a stopped job matters whichever it is, so unlike
+        find_stragglers there is no "most recent job" default; each row names its job."""
         if min_open_s is not None and not min_open_s >= 0:
             raise DiagnosisError(
                 "min_open_s must be a number of seconds >= 0 (omit it for the job's own threshold)"
             )
         w = self._inv.window(window)
-        bounds: dict[str, Any] = {"start_ns": w.start_ns, "end_ns": w.end_ns, "cluster_id": cluster_id}
+        bounds: dict[str, Any] = {
+            "start_ns": w.start_ns, "end_ns": w.end_ns, "cluster_id": cluster_id, "job_id": job_id,
+        }
         now_ns = self._clock_ns()
         min_open_ns = None if min_open_s is None else round(min_open_s * 1e9)
         hangs, hangs_cut = self._rows("find_open_hangs", now_ns=now_ns, min_open_ns=min_open_ns, **bounds)
@@ -50,6 +58,7 @@ class Failures:
         desyncs, desyncs_cut = self._rows("find_desyncs", **bounds)
         answer = {
             "window": w.describe(),
+            "job_id": job_id,
             "now": iso(now_ns),
             "hangs": [_hang(r) for r in hangs],
             "crashes": [_crash(r, crashes) for r in crashes],
@@ -87,6 +96,7 @@ def _hang(r: dict[str, Any]) -> dict[str, Any]:
         summary += f" ({_ranks(r['exited'])} exited)"
     return {
         "cluster_id": r["cluster_id"],
+        "job_id": r["job_id"],
         "causal_chain_id": r["causal_chain_id"],
         "comm_id": r["comm_id"],
         "seq": r["seq"],
@@ -109,12 +119,14 @@ def _crash(r: dict[str, Any], all_rows: list[dict[str, Any]]) -> dict[str, Any]:
     others = [x for x in r["entered_by"] if x != r["rank"]]
     where = f" while {r['step_chain']} was open ({_ranks(others)} had entered)" if others else ""
     if r["first"]:
-        later = sum(1 for x in all_rows if x["cluster_id"] == r["cluster_id"] and not x["first"])
+        job = (r["cluster_id"], r["job_id"])
+        later = sum(1 for x in all_rows if (x["cluster_id"], x["job_id"]) == job and not x["first"])
         order = f"first to exit; {later} more after it" if later else "first to exit"
     else:
         order = "after the first"
     return {
         "cluster_id": r["cluster_id"],
+        "job_id": r["job_id"],
         "node_id": r["node_id"],
         "rank": r["rank"],
         "pid": r["pid"],
@@ -134,6 +146,7 @@ def _desync(r: dict[str, Any]) -> dict[str, Any]:
     first = odd[0] if odd else {}
     return {
         "cluster_id": r["cluster_id"],
+        "job_id": r["job_id"],
         "causal_chain_id": r["causal_chain_id"],
         "comm_id": r["comm_id"],
         "seq": r["seq"],

@@ -151,6 +151,11 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
                 "threshold: max(30 s, 10 typical steps).",
             ),
         ] = None,
+        job_id: Annotated[
+            str | None,
+            Field(description="Only this job (fleet.cluster.jobs lists them). Omit for every job: each row "
+                  "names its job_id."),
+        ] = None,
     ) -> dict[str, Any]:
         """Failures that stop a job rather than slow it, first of each kind first. hangs: collective instances
         some ranks entered and none completed, open longer than the threshold now, with who entered
@@ -161,7 +166,7 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         (later ones are usually peers aborting). desyncs: instances whose ranks issued different collectives
         (op or byte count) at the same sequence number, the usual call, the odd ranks' calls and
         first_rank. verdict sums it up ('no hang, crash or desync' on a healthy job)."""
-        return _answer(lambda: inv.failures.find_hangs(window, cluster_id, min_open_s))
+        return _answer(lambda: inv.failures.find_hangs(window, cluster_id, min_open_s, job_id))
 
     @mcp.tool(name="fleet.cluster.explain_straggler", annotations=READ_ONLY)
     def explain_straggler(
