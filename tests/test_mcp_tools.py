@@ -36,6 +36,7 @@ TOOLS = {
     "fleet.cluster.timeline",
     "fleet.cluster.find_hangs",
     "fleet.cluster.jobs",
+    "fleet.cluster.stacks",
 }
 LAST_NS = START_NS + (ROWS - 1) * STEP_NS
 NOW_NS = LAST_NS + 30 * 10**9

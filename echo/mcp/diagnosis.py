@@ -85,6 +85,10 @@ class Diagnosis:
                 continue
             entry = _straggler(row, cluster, rates.get(row["cluster_id"]), self._inv.rates.currency)
             (stragglers if row["significant"] else noise).append(entry)
+        for s in stragglers[:MAX_STRAGGLERS]:  # the cause's stack, from the late episodes' windows
+            s["cause"]["stack"] = self._inv.stacks.lead(s, job)
+            s["cause"]["leading_frames"] = (s["cause"]["stack"] or {}).get("leading_frames")
+            s["summary"] = _summary(s, clusters[s["cluster_id"]])
         for cluster in clusters.values():
             named = [s for s in stragglers if s["cluster_id"] == cluster["cluster_id"]]
             cluster["verdict"] = (
@@ -186,6 +190,8 @@ class Diagnosis:
             )
         )
         late_ms = max(target["host_late_ms"] or 0.0, target["gpu_late_ms"] or 0.0)
+        span_ns = [int(r["window_ms"] * 1e6) if summarised else before_ns for r in [target, *peers]]
+        stack_windows = [_window(r, n) for r, n in zip([target, *peers], span_ns, strict=True)]
         return {
             "node_id": node_id,
             "rank": rank,
@@ -216,6 +222,7 @@ class Diagnosis:
             "peers_compared": len(peers),
             "timeline": timeline,
             "timeline_truncated": cut,
+            "stacks": self._inv.stacks.differential(stack_windows[0], stack_windows[1:]),
             "arrivals": [
                 {"node_id": r["node_id"], "rank": r["rank"], "host_late_ms": _round(r["host_late_ms"]),
                  "gpu_late_ms": _round(r["gpu_late_ms"])}
@@ -344,10 +351,12 @@ def _summary(s: dict[str, Any], cluster: dict[str, Any]) -> str:
         if wi["step_ms_if_on_time"] and wi["step_ms_actual"] and wi["slowdown"] else ""
     )  # fmt: skip
     side = "its GPU reached" if s["side"] == "gpu" else "it entered"
+    lead = s["cause"].get("leading_frames")
+    where = f", at {lead}" if lead else ""
     return (
         f"{_who(s)}: {side} the collective a median {s['late_ms']['median']:.1f} ms late at "
         f"{s['episodes_total']} of {cluster['steps']} steps ({how_often}); before each it was mostly "
-        f"{CAUSE_TEXT.get(cause, cause)}{evidence}. The other ranks waited {s['imposed_gpu_s']:.2f} GPU-s "
+        f"{CAUSE_TEXT.get(cause, cause)}{evidence}{where}. The other ranks waited {s['imposed_gpu_s']:.2f} GPU-s "
         f"({s['cost']['cost']:.4f} {s['cost']['currency']}){what_if}. Next: {s['next_step']}."
     )
 

@@ -60,6 +60,22 @@ DELETE FROM events WHERE timestamp_ns < $cutoff_ns;
 -- name: delete_rollups
 DELETE FROM collective_rollup WHERE minute_ns < $cutoff_ns;
 
+-- name: delete_stacks
+-- Stacks first seen below $cutoff_ns that no kept row cites (a stack is shipped once per node, then only
+-- cited, so an old stack a new row still cites stays; a newer one not yet cited may be about to be).
+DELETE FROM stacks
+WHERE first_seen_ns < $cutoff_ns
+  AND stack_id NOT IN (
+      SELECT s FROM (
+          SELECT unnest([stack_id, pre_allocator_stack, pre_slow_gpu_stack, pre_memcpy_stack,
+                         pre_cpu_contention_stack, pre_sleeping_stack, pre_oncpu_stack]) AS s
+          FROM collectives
+          UNION ALL
+          SELECT stack_id AS s FROM host_activity
+      )
+      WHERE s IS NOT NULL
+  );
+
 -- name: used_bytes
 -- Bytes the store's blocks in use take (free blocks inside the file, reused by new rows, not counted).
 SELECT used_blocks * block_size AS used_bytes, total_blocks * block_size AS file_bytes
