@@ -24,6 +24,7 @@ from rankecho.echo.mcp.server import build_server
 from rankecho.echo.mcp.stacks import MAX_FOLDED_CHARS, MAX_FRAMES, _stack
 from rankecho.echo.mcp.tools import Investigation
 from rankecho.echo.pprof import profile_class
+from rankecho.echo.sandbox import Sandbox, SandboxLimits
 from rankecho.echo.store.reader import Reader
 from rankecho.shared.stacks import stack_id
 
@@ -91,6 +92,13 @@ def test_caller_sql_reads_the_stacks_table(store: Path) -> None:
                {"sql": "SELECT s.frames[1] AS leaf, count(*) AS calls FROM host_activity h "
                        "JOIN stacks s USING (stack_id) GROUP BY ALL ORDER BY leaf"})  # fmt: skip
     assert out["rows"] == [{"leaf": "__clock_nanosleep", "calls": 120}, {"leaf": "cudaMalloc", "calls": 10}]
+    # and in the sandbox worker, whose catalog is pruned to the allowed relations (echo/guard/catalog.py)
+    box = Sandbox(lambda: store, SandboxLimits(memory_bytes=1 << 30, workers=1, margin_s=1.0), 10)
+    try:
+        got = box.query("SELECT rk_lead_frames(frames, 4) AS lead FROM stacks WHERE depth = 5").rows
+    finally:
+        box.close()
+    assert got == [(ALLOC_LEAD,)]
 
 
 def export(store: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
