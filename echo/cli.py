@@ -286,12 +286,13 @@ def add_stacks(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "stacks",
         help="export one rank's call stacks (folded for flame graphs, or pprof)",
-        description="One rank's call stacks weighted by the time they carried (fleet.cluster.stacks), over a "
-        "window or one late call's pre-call window, written as folded stacks (flamegraph.pl, speedscope) or a "
-        "gzipped pprof profile (docs/stacks.md). From a store file no Echo holds (--db) or a running Echo "
-        "over MCP (--mcp-url).",
+        description="One rank's call stacks weighted by the time they carried (fleet.cluster.stacks), over "
+        "a window or one late call's pre-call window, written as folded stacks (flamegraph.pl, speedscope) "
+        "or a gzipped pprof profile (docs/stacks.md). From a store file no Echo holds (--db) or a running "
+        "Echo over MCP (--mcp-url).",
         epilog=examples(
-            "rankecho stacks --db echo.db --node-id node-1 --rank 3 --causal-chain-id 'w0rld:28' -o late.folded",
+            "rankecho stacks --db echo.db --node-id node-1 --rank 3 --causal-chain-id 'w0rld:28' "
+            "-o late.folded",
             "rankecho stacks --db echo.db --rank 3 --start 2026-12-02T14:30:00Z --end 2026-12-02T14:35:00Z "
             "--format pprof -o rank3.pb.gz",
         ),
@@ -305,7 +306,8 @@ def add_stacks(subparsers: Any) -> None:
     p.add_argument("--causal-chain-id", metavar="ID", help="or the pre-call window before this collective")
     p.add_argument("--cluster-id", help="only this cluster")
     p.add_argument("--job-id", help="the job (default: the window's most recent)")
-    p.add_argument("--limit", type=int, default=STACKS_LIMIT, metavar="N", help="most stacks (most time first)")
+    p.add_argument("--limit", type=int, default=STACKS_LIMIT, metavar="N",
+                   help="most stacks (most time first)")  # fmt: skip
     p.add_argument("--format", choices=("folded", "pprof"), default="folded", help="output format")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write ('-': stdout)")
     p.set_defaults(handler=_stacks)

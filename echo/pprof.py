@@ -33,31 +33,51 @@ _PY_FRAME = re.compile(r"^(?P<file>[^:]+):(?P<function>[^:]+):(?P<line>\d+)$")
 _F = descriptor_pb2.FieldDescriptorProto
 _MESSAGES: dict[str, list[tuple[str, int, int, int, str]]] = {
     # name: [(field, number, type, label, message type or '')]
-    "ValueType": [("type", 1, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""), ("unit", 2, _F.TYPE_INT64, _F.LABEL_OPTIONAL, "")],
-    "Label": [("key", 1, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""), ("str", 2, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
-              ("num", 3, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""), ("num_unit", 4, _F.TYPE_INT64, _F.LABEL_OPTIONAL, "")],
-    "Sample": [("location_id", 1, _F.TYPE_UINT64, _F.LABEL_REPEATED, ""),
-               ("value", 2, _F.TYPE_INT64, _F.LABEL_REPEATED, ""),
-               ("label", 3, _F.TYPE_MESSAGE, _F.LABEL_REPEATED, "Label")],
-    "Line": [("function_id", 1, _F.TYPE_UINT64, _F.LABEL_OPTIONAL, ""), ("line", 2, _F.TYPE_INT64, _F.LABEL_OPTIONAL, "")],
-    "Location": [("id", 1, _F.TYPE_UINT64, _F.LABEL_OPTIONAL, ""), ("mapping_id", 2, _F.TYPE_UINT64, _F.LABEL_OPTIONAL, ""),
-                 ("address", 3, _F.TYPE_UINT64, _F.LABEL_OPTIONAL, ""),
-                 ("line", 4, _F.TYPE_MESSAGE, _F.LABEL_REPEATED, "Line")],
-    "Function": [("id", 1, _F.TYPE_UINT64, _F.LABEL_OPTIONAL, ""), ("name", 2, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
-                 ("system_name", 3, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
-                 ("filename", 4, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
-                 ("start_line", 5, _F.TYPE_INT64, _F.LABEL_OPTIONAL, "")],
-    "Profile": [("sample_type", 1, _F.TYPE_MESSAGE, _F.LABEL_REPEATED, "ValueType"),
-                ("sample", 2, _F.TYPE_MESSAGE, _F.LABEL_REPEATED, "Sample"),
-                ("location", 4, _F.TYPE_MESSAGE, _F.LABEL_REPEATED, "Location"),
-                ("function", 5, _F.TYPE_MESSAGE, _F.LABEL_REPEATED, "Function"),
-                ("string_table", 6, _F.TYPE_STRING, _F.LABEL_REPEATED, ""),
-                ("time_nanos", 9, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
-                ("duration_nanos", 10, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
-                ("period_type", 11, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, "ValueType"),
-                ("period", 12, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
-                ("default_sample_type", 14, _F.TYPE_INT64, _F.LABEL_OPTIONAL, "")],
-}  # fmt: skip
+    "ValueType": [
+        ("type", 1, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
+        ("unit", 2, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
+    ],
+    "Label": [
+        ("key", 1, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
+        ("str", 2, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
+        ("num", 3, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
+        ("num_unit", 4, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
+    ],
+    "Sample": [
+        ("location_id", 1, _F.TYPE_UINT64, _F.LABEL_REPEATED, ""),
+        ("value", 2, _F.TYPE_INT64, _F.LABEL_REPEATED, ""),
+        ("label", 3, _F.TYPE_MESSAGE, _F.LABEL_REPEATED, "Label"),
+    ],
+    "Line": [
+        ("function_id", 1, _F.TYPE_UINT64, _F.LABEL_OPTIONAL, ""),
+        ("line", 2, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
+    ],
+    "Location": [
+        ("id", 1, _F.TYPE_UINT64, _F.LABEL_OPTIONAL, ""),
+        ("mapping_id", 2, _F.TYPE_UINT64, _F.LABEL_OPTIONAL, ""),
+        ("address", 3, _F.TYPE_UINT64, _F.LABEL_OPTIONAL, ""),
+        ("line", 4, _F.TYPE_MESSAGE, _F.LABEL_REPEATED, "Line"),
+    ],
+    "Function": [
+        ("id", 1, _F.TYPE_UINT64, _F.LABEL_OPTIONAL, ""),
+        ("name", 2, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
+        ("system_name", 3, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
+        ("filename", 4, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
+        ("start_line", 5, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
+    ],
+    "Profile": [
+        ("sample_type", 1, _F.TYPE_MESSAGE, _F.LABEL_REPEATED, "ValueType"),
+        ("sample", 2, _F.TYPE_MESSAGE, _F.LABEL_REPEATED, "Sample"),
+        ("location", 4, _F.TYPE_MESSAGE, _F.LABEL_REPEATED, "Location"),
+        ("function", 5, _F.TYPE_MESSAGE, _F.LABEL_REPEATED, "Function"),
+        ("string_table", 6, _F.TYPE_STRING, _F.LABEL_REPEATED, ""),
+        ("time_nanos", 9, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
+        ("duration_nanos", 10, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
+        ("period_type", 11, _F.TYPE_MESSAGE, _F.LABEL_OPTIONAL, "ValueType"),
+        ("period", 12, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
+        ("default_sample_type", 14, _F.TYPE_INT64, _F.LABEL_OPTIONAL, ""),
+    ],
+}
 
 
 @dataclass(frozen=True)
@@ -71,7 +91,9 @@ class Weighted:
 
 @cache
 def _classes() -> dict[str, Any]:
-    proto = descriptor_pb2.FileDescriptorProto(name="rankecho_profile.proto", package=PACKAGE, syntax="proto3")
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="rankecho_profile.proto", package=PACKAGE, syntax="proto3"
+    )
     for name, fields in _MESSAGES.items():
         message = proto.message_type.add(name=name)
         for field, number, kind, label, type_name in fields:
@@ -80,8 +102,10 @@ def _classes() -> dict[str, Any]:
                 f.type_name = f".{PACKAGE}.{type_name}"
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
-    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))
-            for name in _MESSAGES}  # fmt: skip
+    return {
+        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))
+        for name in _MESSAGES
+    }
 
 
 def profile_class() -> Any:

@@ -25,7 +25,6 @@ from typing import Any
 
 from rankecho import exitcodes
 from rankecho.echo.ask import answer
-from rankecho.echo.mcp.stacks import STACKS_LIMIT
 from rankecho.echo.pprof import Weighted, encode
 
 TOOL = "fleet.cluster.stacks"
@@ -68,15 +67,23 @@ def pprof_bytes(result: dict[str, Any]) -> bytes:
 
 def main(args: argparse.Namespace) -> int:
     if args.causal_chain_id is not None and (args.start or args.end or args.window):
-        print("rankecho stacks: give --causal-chain-id or a window (--start/--end, --window), not both",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "rankecho stacks: give --causal-chain-id or a window (--start/--end, --window), not both",
+            file=sys.stderr,
+        )
         return exitcodes.USAGE
     if args.causal_chain_id is not None and args.node_id is None:
         print("rankecho stacks: --causal-chain-id needs --node-id (the call is one node's)", file=sys.stderr)
         return exitcodes.USAGE
-    arguments = {"node_id": args.node_id, "rank": args.rank, "window": window_of(args),
-                 "causal_chain_id": args.causal_chain_id, "cluster_id": args.cluster_id,
-                 "job_id": args.job_id, "limit": args.limit}  # fmt: skip
+    arguments = {
+        "node_id": args.node_id,
+        "rank": args.rank,
+        "window": window_of(args),
+        "causal_chain_id": args.causal_chain_id,
+        "cluster_id": args.cluster_id,
+        "job_id": args.job_id,
+        "limit": args.limit,
+    }
     result = answer(args, "stacks", TOOL, arguments, lambda inv: inv.stacks.rank(**arguments))
     if isinstance(result, int):
         return result
@@ -89,6 +96,9 @@ def main(args: argparse.Namespace) -> int:
     else:
         Path(args.output).write_bytes(data)
     cut = " (cut to --limit: the stacks with the most time)" if result["truncated"] else ""
-    print(f"rankecho stacks: {len(result['stacks'])} stacks, {result['total_ms']:.1f} ms, {args.format} -> "
-          f"{args.output}{cut}", file=sys.stderr)  # fmt: skip
+    print(
+        f"rankecho stacks: {len(result['stacks'])} stacks, {result['total_ms']:.1f} ms, {args.format} -> "
+        f"{args.output}{cut}",
+        file=sys.stderr,
+    )
     return exitcodes.OK

@@ -13,8 +13,17 @@ from typing import Any
 import duckdb
 import pytest
 from test_echo_stacks import (
-    ALLOC, ALLOC_LEAD, FETCH, FORWARD, LATE_NS, LATE_RANK, NEVER_SHIPPED, STEPS, episodes, scenario_store,
-)  # fmt: skip
+    ALLOC,
+    ALLOC_LEAD,
+    FETCH,
+    FORWARD,
+    LATE_NS,
+    LATE_RANK,
+    NEVER_SHIPPED,
+    STEPS,
+    episodes,
+    scenario_store,
+)
 
 from rankecho.echo.mcp.rates import load_rates
 from rankecho.echo.mcp.tools import Investigation
@@ -83,8 +92,11 @@ def test_the_differential_layer_on_its_own(store: Path) -> None:
     """rk_stack_diff with windows built by hand from the agents' pre-call windows at one late instance."""
     inv, con = investigation(store)
     with con:
-        calls = query(inv, "SELECT node_id, rank, pid, tid, enter_ns, pre_window_ns FROM collectives "
-                           "WHERE causal_chain_id = 'w0rld:4' ORDER BY rank")  # fmt: skip
+        calls = query(
+            inv,
+            "SELECT node_id, rank, pid, tid, enter_ns, pre_window_ns FROM collectives "
+            "WHERE causal_chain_id = 'w0rld:4' ORDER BY rank",
+        )
         ws = ", ".join(
             f"{{'w': {c['rank']}, 'role': '{'target' if c['rank'] == LATE_RANK else 'peer'}', "
             f"'cluster_id': 'c1', 'node_id': '{c['node_id']}', 'pid': {c['pid']}, 'tid': {c['tid']}, "
@@ -111,7 +123,11 @@ def test_find_stragglers_cause_carries_the_leading_frames(store: Path) -> None:
 
 
 def test_rankecho_diagnose_prints_the_leading_frames(store: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "rankecho", "diagnose", "--db", str(store)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "rankecho", "diagnose", "--db", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert f"(allocator) (40 ms vs the peers' 0 ms), at {ALLOC_LEAD}." in done.stdout

@@ -34,7 +34,13 @@ LATE_NS = 40_000_000
 COMM = "w0rld"
 JOB = "torchelastic:stacks"
 
-ALLOC = ["cudaMalloc", "allocate_cache", "train.py:forward:88", "train.py:train_step:120", "train.py:main:200"]
+ALLOC = [
+    "cudaMalloc",
+    "allocate_cache",
+    "train.py:forward:88",
+    "train.py:train_step:120",
+    "train.py:main:200",
+]
 FETCH = ["__clock_nanosleep", "fetch_batch", "train.py:train_step:110", "train.py:main:200"]
 FORWARD = ["forward", "train.py:train_step:115", "train.py:main:200"]
 ENTER = ["ncclAllReduce", "train.py:train_step:130", "train.py:main:200"]
@@ -56,14 +62,25 @@ def node_of(rank: int) -> str:
 
 
 def resource(rank: int) -> dict[str, Any]:
-    return {c.CLUSTER_NAME: "c1", c.NODE_NAME: node_of(rank), c.RANK: rank, c.NRANKS: WORLD,
-            c.PROCESS_PID: 1000 + rank, c.PROCESS_START_NS: 777, c.SERVICE_INSTANCE_ID: f"{node_of(rank)}/1",
-            c.JOB_ID: JOB}  # fmt: skip
+    return {
+        c.CLUSTER_NAME: "c1",
+        c.NODE_NAME: node_of(rank),
+        c.RANK: rank,
+        c.NRANKS: WORLD,
+        c.PROCESS_PID: 1000 + rank,
+        c.PROCESS_START_NS: 777,
+        c.SERVICE_INSTANCE_ID: f"{node_of(rank)}/1",
+        c.JOB_ID: JOB,
+    }
 
 
 def stack_point(frames: list[str], at_ns: int, truncated: bool = False) -> Point:
-    return Point(c.M_STACK, at_ns, len(frames), {c.STACK_ID: stack_id(frames), c.STACK_FRAMES: join_frames(frames),
-                                                 c.STACK_TRUNCATED: truncated})  # fmt: skip
+    return Point(
+        c.M_STACK,
+        at_ns,
+        len(frames),
+        {c.STACK_ID: stack_id(frames), c.STACK_FRAMES: join_frames(frames), c.STACK_TRUNCATED: truncated},
+    )
 
 
 @dataclass
@@ -103,26 +120,58 @@ def build(intervals: bool = True) -> Scenario:
             window_ms = (enter - prev) / 1e6
             alloc_ms = LATE_NS / 1e6 if late(rank, seq) else 0.0
             attrs: dict[str, Any] = {
-                c.OP: "ncclAllReduce", c.COMM_ID: COMM, c.SEQ: seq, c.SEQ_ALIGNED: True, c.COMM_RANK: rank,
-                c.COMM_NRANKS: WORLD, c.BYTES: 1 << 20, c.ENTER_NS: enter, c.RETURN_NS: enter + 10_000,
-                c.COMPLETE_NS: complete_ns(seq), c.CAUSAL_CHAIN_ID: f"{COMM}:{seq}", c.TID: tid,
-                c.EVENT_ID: f"coll-{rank}-{seq}", c.PRE_WINDOW_MS: window_ms, c.PRE_PREFIX + "sleeping_ms": 5.0,
+                c.OP: "ncclAllReduce",
+                c.COMM_ID: COMM,
+                c.SEQ: seq,
+                c.SEQ_ALIGNED: True,
+                c.COMM_RANK: rank,
+                c.COMM_NRANKS: WORLD,
+                c.BYTES: 1 << 20,
+                c.ENTER_NS: enter,
+                c.RETURN_NS: enter + 10_000,
+                c.COMPLETE_NS: complete_ns(seq),
+                c.CAUSAL_CHAIN_ID: f"{COMM}:{seq}",
+                c.TID: tid,
+                c.EVENT_ID: f"coll-{rank}-{seq}",
+                c.PRE_WINDOW_MS: window_ms,
+                c.PRE_PREFIX + "sleeping_ms": 5.0,
                 c.PRE_PREFIX + "sleeping" + c.PRE_STACK_SUFFIX: stack_id(FETCH),
                 c.PRE_ONCPU_STACK: stack_id(NEVER_SHIPPED if (rank, seq) == (1, 0) else FORWARD),
                 c.PRE_ONCPU_SAMPLES: 4,
                 c.STACK_ID: stack_id(ENTER if rank else NEVER_SHIPPED),
-            }  # fmt: skip
+            }
             if alloc_ms:
                 attrs[c.PRE_PREFIX + "allocator_ms"] = alloc_ms
                 attrs[c.PRE_PREFIX + "allocator" + c.PRE_STACK_SUFFIX] = stack_id(ALLOC)
             if alloc_ms and intervals:
-                pts.append(Point(c.M_CUDA_MALLOC, enter - LATE_NS - 2_000_000, alloc_ms,
-                                 {c.CUDA_CALL: "cudaMalloc", c.TID: tid, c.EVENT_ID: f"m-{rank}-{seq}",
-                                  c.STACK_ID: stack_id(ALLOC)}))  # fmt: skip
+                pts.append(
+                    Point(
+                        c.M_CUDA_MALLOC,
+                        enter - LATE_NS - 2_000_000,
+                        alloc_ms,
+                        {
+                            c.CUDA_CALL: "cudaMalloc",
+                            c.TID: tid,
+                            c.EVENT_ID: f"m-{rank}-{seq}",
+                            c.STACK_ID: stack_id(ALLOC),
+                        },
+                    )
+                )
             if intervals:
-                pts.append(Point(c.M_OFFCPU, enter - 30_000_000 - (LATE_NS if alloc_ms else 0), 5.0,
-                                 {c.OFFCPU_STATE: "sleeping", c.CALL_IN_FLIGHT: "", c.TID: tid,
-                                  c.EVENT_ID: f"o-{rank}-{seq}", c.STACK_ID: stack_id(FETCH)}))  # fmt: skip
+                pts.append(
+                    Point(
+                        c.M_OFFCPU,
+                        enter - 30_000_000 - (LATE_NS if alloc_ms else 0),
+                        5.0,
+                        {
+                            c.OFFCPU_STATE: "sleeping",
+                            c.CALL_IN_FLIGHT: "",
+                            c.TID: tid,
+                            c.EVENT_ID: f"o-{rank}-{seq}",
+                            c.STACK_ID: stack_id(FETCH),
+                        },
+                    )
+                )
             pts.append(Point(c.M_COLLECTIVE, enter, 5.0, attrs))
         s.points[rank] = pts
     s.late_stacks = [stack_point(ALLOC, T0 + STEPS * STEP_NS)]
@@ -161,28 +210,38 @@ def test_each_distinct_stack_is_stored_once_with_the_node_that_sent_it_first(sto
 
 
 def test_collectives_and_intervals_carry_the_stack_ids_they_cited(store: Path) -> None:
-    late_call = read(store, "SELECT stack_id, pre_allocator_stack, pre_sleeping_stack, pre_oncpu_stack, "
-                            "pre_oncpu_samples, pre_slow_gpu_stack FROM collectives WHERE event_id = 'coll-3-4'")
+    late_call = read(
+        store,
+        "SELECT stack_id, pre_allocator_stack, pre_sleeping_stack, pre_oncpu_stack, "
+        "pre_oncpu_samples, pre_slow_gpu_stack FROM collectives WHERE event_id = 'coll-3-4'",
+    )
     assert late_call == [(stack_id(ENTER), stack_id(ALLOC), stack_id(FETCH), stack_id(FORWARD), 4, None)]
     on_time = read(store, "SELECT pre_allocator_stack FROM collectives WHERE event_id = 'coll-3-5'")
     assert on_time == [(None,)]
-    assert read(store, "SELECT kind, category, stack_id, count(*) FROM host_activity GROUP BY ALL ORDER BY 1") == [
+    assert read(
+        store, "SELECT kind, category, stack_id, count(*) FROM host_activity GROUP BY ALL ORDER BY 1"
+    ) == [
         ("malloc", "allocator", stack_id(ALLOC), len(episodes())),
         ("offcpu", "sleeping", stack_id(FETCH), WORLD * STEPS),
     ]
     # an id whose stack point never came stays a plain id: joins find no frames, nothing breaks
-    unknown = read(store, "SELECT c.stack_id, s.frames FROM collectives c LEFT JOIN stacks s USING (stack_id) "
-                          "WHERE c.event_id = 'coll-0-3'")  # fmt: skip
+    unknown = read(
+        store,
+        "SELECT c.stack_id, s.frames FROM collectives c LEFT JOIN stacks s USING (stack_id) "
+        "WHERE c.event_id = 'coll-0-3'",
+    )
     assert unknown == [(stack_id(NEVER_SHIPPED), None)]
 
 
 def test_truncated_stacks_and_malformed_points(tmp_path: Path) -> None:
     short = ["[unknown]"]
     with Echo(local_settings(tmp_path / "s.db")) as echo:
-        points = [stack_point(short, T0, truncated=True),
-                  Point(c.M_STACK, T0 + 1, 0, {c.STACK_ID: "no-frames"}),
-                  Point(c.M_STACK, T0 + 2, 0, {c.STACK_FRAMES: "f\ng"}),  # no id
-                  Point(c.M_STACK, T0 + 3, 1, {c.STACK_ID: "empty", c.STACK_FRAMES: ""})]  # fmt: skip
+        points = [
+            stack_point(short, T0, truncated=True),
+            Point(c.M_STACK, T0 + 1, 0, {c.STACK_ID: "no-frames"}),
+            Point(c.M_STACK, T0 + 2, 0, {c.STACK_FRAMES: "f\ng"}),  # no id
+            Point(c.M_STACK, T0 + 3, 1, {c.STACK_ID: "empty", c.STACK_FRAMES: ""}),
+        ]
         grpc_export(echo.grpc_address, metrics_request(resource(0), points), TEST_TOKEN)
         assert rows(echo, "SELECT stack_id, frames, depth, truncated FROM stacks") == [
             (stack_id(short), short, 1, True)
@@ -192,8 +251,10 @@ def test_truncated_stacks_and_malformed_points(tmp_path: Path) -> None:
 def test_migration_006_fills_a_v5_store_from_its_events(tmp_path: Path, store: Path) -> None:
     old = tmp_path / "v5.db"
     with duckdb.connect(str(store), read_only=True) as src, duckdb.connect(str(old)) as con:
-        con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-                    "applied_ns BIGINT NOT NULL)")  # fmt: skip
+        con.execute(
+            "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+            "applied_ns BIGINT NOT NULL)"
+        )
         for m in available()[:5]:
             con.execute(m.sql)
             con.execute("INSERT INTO schema_version VALUES (?, ?, 0)", [m.version, m.name])
@@ -203,10 +264,12 @@ def test_migration_006_fills_a_v5_store_from_its_events(tmp_path: Path, store: P
             con.execute(f"INSERT INTO {table} SELECT * FROM copied")
             con.unregister("copied")
         assert migrate(con) == 6
-        compare = ["SELECT stack_id, frames, depth, truncated, node_id FROM stacks ORDER BY 1",
-                   "SELECT event_id, stack_id, pre_allocator_stack, pre_sleeping_stack, pre_oncpu_stack, "
-                   "pre_oncpu_samples FROM collectives ORDER BY 1",
-                   "SELECT event_id, stack_id FROM host_activity ORDER BY 1"]  # fmt: skip
+        compare = [
+            "SELECT stack_id, frames, depth, truncated, node_id FROM stacks ORDER BY 1",
+            "SELECT event_id, stack_id, pre_allocator_stack, pre_sleeping_stack, pre_oncpu_stack, "
+            "pre_oncpu_samples FROM collectives ORDER BY 1",
+            "SELECT event_id, stack_id FROM host_activity ORDER BY 1",
+        ]
         migrated = [con.execute(sql).fetchall() for sql in compare]
     assert migrated == [read(store, sql) for sql in compare]
     assert len(migrated[0]) == 4 and migrated[1][0][1] is not None
@@ -216,12 +279,35 @@ def test_retention_drops_old_stacks_no_kept_row_cites(tmp_path: Path) -> None:
     old, old_cited, young = ["old_function", "main"], ["old_but_cited", "main"], ["young", "main"]
     path = scenario_store(tmp_path / "s.db")
     with Echo(local_settings(path)) as echo:
-        points = [stack_point(old, T0 - 100 * 10**9), stack_point(old_cited, T0 - 100 * 10**9),
-                  stack_point(young, T0 + 2 * 10**9),
-                  Point(c.M_OFFCPU, T0 - 100 * 10**9, 5.0, {c.OFFCPU_STATE: "sleeping", c.CALL_IN_FLIGHT: "",
-                        c.TID: 2000, c.EVENT_ID: "old-interval", c.STACK_ID: stack_id(old)}),
-                  Point(c.M_OFFCPU, T0 + 10**9, 5.0, {c.OFFCPU_STATE: "sleeping", c.CALL_IN_FLIGHT: "",
-                        c.TID: 2000, c.EVENT_ID: "kept-interval", c.STACK_ID: stack_id(old_cited)})]  # fmt: skip
+        points = [
+            stack_point(old, T0 - 100 * 10**9),
+            stack_point(old_cited, T0 - 100 * 10**9),
+            stack_point(young, T0 + 2 * 10**9),
+            Point(
+                c.M_OFFCPU,
+                T0 - 100 * 10**9,
+                5.0,
+                {
+                    c.OFFCPU_STATE: "sleeping",
+                    c.CALL_IN_FLIGHT: "",
+                    c.TID: 2000,
+                    c.EVENT_ID: "old-interval",
+                    c.STACK_ID: stack_id(old),
+                },
+            ),
+            Point(
+                c.M_OFFCPU,
+                T0 + 10**9,
+                5.0,
+                {
+                    c.OFFCPU_STATE: "sleeping",
+                    c.CALL_IN_FLIGHT: "",
+                    c.TID: 2000,
+                    c.EVENT_ID: "kept-interval",
+                    c.STACK_ID: stack_id(old_cited),
+                },
+            ),
+        ]
         grpc_export(echo.grpc_address, metrics_request(resource(0), points), TEST_TOKEN)
     now = T0 + 5 * 10**9
     with duckdb.connect(str(path)) as con:

@@ -55,8 +55,9 @@ def test_the_stacks_tool_returns_bounded_folded_stacks(store: Path) -> None:
     assert [s["stack_id"] for s in out["stacks"]][:1] == [stack_id(FORWARD)]  # host compute: most time
     one = call(store, "fleet.cluster.stacks", {"node_id": "node-1", "rank": LATE_RANK, "limit": 1})
     assert len(one["stacks"]) == 1 and one["truncated"] is True
-    episode = call(store, "fleet.cluster.stacks",
-                   {"node_id": "node-1", "rank": LATE_RANK, "causal_chain_id": "w0rld:4"})  # fmt: skip
+    episode = call(
+        store, "fleet.cluster.stacks", {"node_id": "node-1", "rank": LATE_RANK, "causal_chain_id": "w0rld:4"}
+    )
     assert {s["stack_id"]: s["ms"] for s in episode["stacks"]}[stack_id(ALLOC)] == pytest.approx(40.0)
     empty = call(store, "fleet.cluster.stacks", {"node_id": "node-9", "rank": LATE_RANK})
     assert empty["stacks"] == [] and "no stack-carried time" in empty["note"]
@@ -66,8 +67,16 @@ def test_the_stacks_tool_returns_bounded_folded_stacks(store: Path) -> None:
 
 def test_deep_stacks_are_cut_at_the_root_end() -> None:
     frames = [f"f{i:03d}" for i in range(127)]
-    row = {"stack_id": "x", "ms": 1.0, "category": "host_compute", "ms_by_category": {}, "leading_frames": "f000",
-           "truncated": True, "frames": frames, "folded": ";".join(reversed(frames))}  # fmt: skip
+    row = {
+        "stack_id": "x",
+        "ms": 1.0,
+        "category": "host_compute",
+        "ms_by_category": {},
+        "leading_frames": "f000",
+        "truncated": True,
+        "frames": frames,
+        "folded": ";".join(reversed(frames)),
+    }
     s = _stack(row)
     assert s["frames"] == frames[:MAX_FRAMES] and s["frames_cut"] and s["depth"] == 127
     assert s["folded"] == ";".join(["[...]", *reversed(frames[:MAX_FRAMES])]) + " 1000"
@@ -80,17 +89,25 @@ def test_explain_and_find_stragglers_over_mcp_carry_the_stacks(store: Path) -> N
     found = call(store, "fleet.cluster.find_stragglers", {})
     assert found["stragglers"][0]["cause"]["leading_frames"] == ALLOC_LEAD
     seq = episodes()[-1]
-    explained = call(store, "fleet.cluster.explain_straggler",
-                     {"node_id": "node-1", "rank": LATE_RANK, "causal_chain_id": f"w0rld:{seq}"})  # fmt: skip
+    explained = call(
+        store,
+        "fleet.cluster.explain_straggler",
+        {"node_id": "node-1", "rank": LATE_RANK, "causal_chain_id": f"w0rld:{seq}"},
+    )
     assert explained["cause"] == "allocator"
     assert [d["leading_frames"] for d in explained["stacks"]["distinctive"]] == [ALLOC_LEAD]
 
 
 def test_caller_sql_reads_the_stacks_table(store: Path) -> None:
     assert "stacks" in project_policy().relations
-    out = call(store, "fleet.cluster.run_analysis",
-               {"sql": "SELECT s.frames[1] AS leaf, count(*) AS calls FROM host_activity h "
-                       "JOIN stacks s USING (stack_id) GROUP BY ALL ORDER BY leaf"})  # fmt: skip
+    out = call(
+        store,
+        "fleet.cluster.run_analysis",
+        {
+            "sql": "SELECT s.frames[1] AS leaf, count(*) AS calls FROM host_activity h "
+            "JOIN stacks s USING (stack_id) GROUP BY ALL ORDER BY leaf"
+        },
+    )
     assert out["rows"] == [{"leaf": "__clock_nanosleep", "calls": 120}, {"leaf": "cudaMalloc", "calls": 10}]
     # and in the sandbox worker, whose catalog is pruned to the allowed relations (echo/guard/catalog.py)
     box = Sandbox(lambda: store, SandboxLimits(memory_bytes=1 << 30, workers=1, margin_s=1.0), 10)
@@ -102,8 +119,12 @@ def test_caller_sql_reads_the_stacks_table(store: Path) -> None:
 
 
 def export(store: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rankecho", "stacks", "--db", str(store), "-o", str(out), *args],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "rankecho", "stacks", "--db", str(store), "-o", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_folded_export_parses_back(store: Path, tmp_path: Path) -> None:
@@ -117,8 +138,16 @@ def test_folded_export_parses_back(store: Path, tmp_path: Path) -> None:
     assert parsed[tuple(ALLOC)] == len(episodes()) * 40_000
     assert parsed[tuple(FETCH)] == 30 * 5_000
     assert set(parsed) == {tuple(ALLOC), tuple(FETCH), tuple(FORWARD)}
-    window = export(store, tmp_path / "w.folded", "--rank", str(LATE_RANK), "--start", "1789999990000000000",
-                    "--end", "2026-09-21T14:14:00Z")  # fmt: skip
+    window = export(
+        store,
+        tmp_path / "w.folded",
+        "--rank",
+        str(LATE_RANK),
+        "--start",
+        "1789999990000000000",
+        "--end",
+        "2026-09-21T14:14:00Z",
+    )
     assert window.returncode == 0, window.stderr
     assert (tmp_path / "w.folded").read_text() == out.read_text()
     assert export(store, tmp_path / "x", "--rank", "3", "--causal-chain-id", "w0rld:4").returncode == 2
@@ -126,14 +155,25 @@ def test_folded_export_parses_back(store: Path, tmp_path: Path) -> None:
 
 def test_pprof_export_decodes_with_the_right_sample_values(store: Path, tmp_path: Path) -> None:
     out = tmp_path / "late.pb.gz"
-    done = export(store, out, "--node-id", "node-1", "--rank", str(LATE_RANK), "--causal-chain-id", "w0rld:4",
-                  "--format", "pprof")  # fmt: skip
+    done = export(
+        store,
+        out,
+        "--node-id",
+        "node-1",
+        "--rank",
+        str(LATE_RANK),
+        "--causal-chain-id",
+        "w0rld:4",
+        "--format",
+        "pprof",
+    )
     assert done.returncode == 0, done.stderr
     profile = profile_class()()
     profile.ParseFromString(gzip.decompress(out.read_bytes()))
     strings = list(profile.string_table)
     assert strings[0] == "" and [(strings[t.type], strings[t.unit]) for t in profile.sample_type] == [
-        ("time", "nanoseconds")]
+        ("time", "nanoseconds")
+    ]
     functions = {f.id: (strings[f.name], strings[f.filename]) for f in profile.function}
     locations = {loc.id: loc.line[0] for loc in profile.location}
 
@@ -142,8 +182,13 @@ def test_pprof_export_decodes_with_the_right_sample_values(store: Path, tmp_path
         name, filename = functions[line.function_id]
         return f"{filename}:{name}:{line.line}" if filename else name
 
-    samples = {tuple(frame(i) for i in s.location_id): (list(s.value), {strings[lb.key]: strings[lb.str]
-               for lb in s.label}) for s in profile.sample}  # fmt: skip
+    samples = {
+        tuple(frame(i) for i in s.location_id): (
+            list(s.value),
+            {strings[lb.key]: strings[lb.str] for lb in s.label},
+        )
+        for s in profile.sample
+    }
     assert samples[tuple(ALLOC)] == ([40_000_000], {"category": "allocator"})
     assert samples[tuple(FETCH)] == ([5_000_000], {"category": "sleeping"})
     assert set(samples) == {tuple(ALLOC), tuple(FETCH), tuple(FORWARD)}

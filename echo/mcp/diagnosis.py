@@ -356,7 +356,8 @@ def _summary(s: dict[str, Any], cluster: dict[str, Any]) -> str:
     return (
         f"{_who(s)}: {side} the collective a median {s['late_ms']['median']:.1f} ms late at "
         f"{s['episodes_total']} of {cluster['steps']} steps ({how_often}); before each it was mostly "
-        f"{CAUSE_TEXT.get(cause, cause)}{evidence}{where}. The other ranks waited {s['imposed_gpu_s']:.2f} GPU-s "
+        f"{CAUSE_TEXT.get(cause, cause)}{evidence}{where}. The other ranks waited "
+        f"{s['imposed_gpu_s']:.2f} GPU-s "
         f"({s['cost']['cost']:.4f} {s['cost']['currency']}){what_if}. Next: {s['next_step']}."
     )
 

@@ -46,8 +46,8 @@ TABLES: dict[str, str] = {
     "events": "one row per OTLP data point, span or log record: the system of record",
     "collectives": "typed copy of every rankecho.nccl.collective event (one per collective call per rank)",
     "host_activity": "typed copy of every interval a rank's thread spent in a CUDA call or off the CPU",
-    "stacks": "one row per distinct call stack (stack_id, frames innermost first, truncated); collectives and "
-    "host_activity cite them by stack_id (and the pre-call breakdown by pre_<class>_stack, pre_oncpu_stack)",
+    "stacks": "one row per distinct call stack (stack_id, frames innermost first, truncated); collectives "
+    "and host_activity cite them by stack_id (the pre-call breakdown by pre_<class>_stack, pre_oncpu_stack)",
 }
 GUIDE = (
     "One row per event in `events`. Filter on timestamp_ns (nanoseconds) and node_id/metric_name first; "

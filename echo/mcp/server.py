@@ -40,8 +40,8 @@ INSTRUCTIONS = (
     "prices GPU time and stalls. A cluster runs many jobs, each with ranks 0..N-1: the analysing tools "
     "take job_id (default: the window's most recent job, named in the answer's job_id); "
     "fleet.cluster.jobs lists the jobs. fleet.cluster.stacks gives one rank's call stacks (folded), and "
-    "explain_straggler its late call's stacks against its peers'. All tools are read-only; results are bounded and say when they "
-    "were truncated."
+    "explain_straggler its late call's stacks against its peers'. All tools are read-only; results are "
+    "bounded and say when they were truncated."
 )
 READ_ONLY = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
@@ -308,7 +308,7 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         ] = None,
         cluster_id: str | None = None,
         job_id: JobId = None,
-        limit: Annotated[int, Field(ge=1, le=STACKS_LIMIT, description="Most stacks to return.")] = MAX_STACKS,
+        limit: Annotated[int, Field(ge=1, le=STACKS_LIMIT, description="Most stacks.")] = MAX_STACKS,
     ) -> dict[str, Any]:
         """One rank's call stacks over the window (node clock), weighted by the time each carried: per
         stack its frames innermost (callee) first (a Python frame is file:function:line), leading_frames
@@ -318,7 +318,9 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         line (root first, ';'-joined, weight in microseconds last: flamegraph.pl / speedscope input);
         `folded` lists them all. Most time first; bounded (frames per stack, stacks), `truncated` says when
         stacks were cut. A stack cited before its frames reached Echo has frames null."""
-        return _answer(lambda: inv.stacks.rank(node_id, rank, window, cluster_id, job_id, causal_chain_id, limit))
+        return _answer(
+            lambda: inv.stacks.rank(node_id, rank, window, cluster_id, job_id, causal_chain_id, limit)
+        )
 
     @mcp.resource(
         "rankecho://schema",

@@ -64,11 +64,26 @@ class Stacks:
         if causal_chain_id is not None:
             if node_id is None:
                 raise StacksError("give node_id with causal_chain_id (the collective is one node's call)")
-            result = self._inv.run_named("call_stacks", max_rows=limit, cluster_id=cluster_id, node_id=node_id,
-                                         ranks=[rank], chains=[causal_chain_id], job_id=job)  # fmt: skip
+            result = self._inv.run_named(
+                "call_stacks",
+                max_rows=limit,
+                cluster_id=cluster_id,
+                node_id=node_id,
+                ranks=[rank],
+                chains=[causal_chain_id],
+                job_id=job,
+            )
         else:
-            result = self._inv.run_named("rank_stacks", max_rows=limit, start_ns=w.start_ns, end_ns=w.end_ns,
-                                         cluster_id=cluster_id, node_id=node_id, rank=rank, job_id=job)  # fmt: skip
+            result = self._inv.run_named(
+                "rank_stacks",
+                max_rows=limit,
+                start_ns=w.start_ns,
+                end_ns=w.end_ns,
+                cluster_id=cluster_id,
+                node_id=node_id,
+                rank=rank,
+                job_id=job,
+            )
         rows, cut = self._inv.records(result)
         stacks = [_stack(r) for r in rows]
         return {
@@ -82,7 +97,9 @@ class Stacks:
             "stacks": stacks,
             "folded": [s["folded"] for s in stacks],
             "truncated": cut,
-            "note": None if stacks else "no stack-carried time for this rank in the window: its agent sent "
+            "note": None
+            if stacks
+            else "no stack-carried time for this rank in the window: its agent sent "
             "no stacks (an older agent, or stacks off), or node_id/rank/window match nothing",
         }
 
@@ -94,14 +111,21 @@ class Stacks:
         if not chains or not ranks:
             return None
         rows, _ = self._inv.records(
-            self._inv.run_named("call_stacks", max_rows=STACKS_LIMIT, cluster_id=straggler["cluster_id"],
-                                node_id=straggler["node_id"], ranks=ranks, chains=chains, job_id=job)
-        )  # fmt: skip
+            self._inv.run_named(
+                "call_stacks",
+                max_rows=STACKS_LIMIT,
+                cluster_id=straggler["cluster_id"],
+                node_id=straggler["node_id"],
+                ranks=ranks,
+                chains=chains,
+                job_id=job,
+            )
+        )
         cause = straggler["cause"]["class"]
         for_cause = [r for r in rows if (r["ms_by_category"] or {}).get(cause)]
-        best = max(for_cause, key=lambda r: r["ms_by_category"][cause]) if for_cause else (rows or [None])[0]
-        if best is None:
+        if not rows:
             return None
+        best = max(for_cause, key=lambda r: r["ms_by_category"][cause]) if for_cause else rows[0]
         return {
             "stack_id": best["stack_id"],
             "category": cause if for_cause else best["category"],
@@ -117,13 +141,22 @@ class Stacks:
         they did not, largest excess first, and its own top stacks."""
         windows = [{"w": 0, "role": "target", **_thread_window(target)}]
         windows += [{"w": i + 1, "role": "peer", **_thread_window(p)} for i, p in enumerate(peers)]
-        rows, cut = self._inv.records(self._inv.run_named("stack_diff", max_rows=STACKS_LIMIT, windows=windows))
+        rows, cut = self._inv.records(
+            self._inv.run_named("stack_diff", max_rows=STACKS_LIMIT, windows=windows)
+        )
         stacks = [
-            {k: r[k] for k in ("stack_id", "category", "peers_with", "distinctive", "truncated", "leading_frames")}
-            | {"rank_ms": _r(r["target_ms"]), "peers_mean_ms": _r(r["peers_mean_ms"]),
-               "excess_ms": _r(r["excess_ms"])} | _frames(r["frames"])
+            {
+                k: r[k]
+                for k in ("stack_id", "category", "peers_with", "distinctive", "truncated", "leading_frames")
+            }
+            | {
+                "rank_ms": _r(r["target_ms"]),
+                "peers_mean_ms": _r(r["peers_mean_ms"]),
+                "excess_ms": _r(r["excess_ms"]),
+            }
+            | _frames(r["frames"])
             for r in rows
-        ]  # fmt: skip
+        ]
         distinct = [s for s in stacks if s["distinctive"]]
         top = sorted((s for s in stacks if (s["rank_ms"] or 0) > 0), key=lambda s: -(s["rank_ms"] or 0))
         return {
@@ -147,7 +180,7 @@ def _stack(row: dict[str, Any]) -> dict[str, Any]:
         kept = frames["frames"] or []
         folded = ";".join(["[...]", *[f.replace(";", ":") for f in reversed(kept)]])
         while len(folded) > MAX_FOLDED_CHARS and ";" in folded[6:]:
-            folded = "[...]" + folded[folded.index(";", 6):]
+            folded = "[...]" + folded[folded.index(";", 6) :]
     return {
         "stack_id": row["stack_id"],
         "ms": _r(row["ms"]),
