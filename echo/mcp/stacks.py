@@ -32,6 +32,9 @@ DIFF_STACKS = 5
 """Stacks explain_straggler lists in its differential view and of the late rank alone."""
 CHAINS = 100
 """Late episodes whose pre-call windows a straggler's leading frames are taken from (its latest)."""
+MARGIN_NS = 60_000_000_000
+"""Around its episodes' times (corrected clock), where a straggler's calls are looked for on its node's own
+clock: node clocks differ by far less, and the bound lets the scan skip old row groups."""
 
 
 class StacksError(ValueError):
@@ -72,6 +75,8 @@ class Stacks:
                 ranks=[rank],
                 chains=[causal_chain_id],
                 job_id=job,
+                start_ns=w.start_ns,
+                end_ns=w.end_ns,
             )
         else:
             result = self._inv.run_named(
@@ -106,7 +111,9 @@ class Stacks:
     def lead(self, straggler: dict[str, Any], job: str | None) -> dict[str, Any] | None:
         """The stack that carried most of a straggler's cause class in its late episodes' pre-call windows
         (any class when none carried the cause), with its leading frames; None without stacks."""
-        chains = [e["causal_chain_id"] for e in straggler["episodes"] if e.get("causal_chain_id")][-CHAINS:]
+        listed = [e for e in straggler["episodes"] if e.get("causal_chain_id")][-CHAINS:]
+        chains = [e["causal_chain_id"] for e in listed]
+        times = [int(e["timestamp_ns"]) for e in listed]
         ranks = straggler["ranks"] or ([straggler["rank"]] if straggler["rank"] is not None else [])
         if not chains or not ranks:
             return None
@@ -119,6 +126,8 @@ class Stacks:
                 ranks=ranks,
                 chains=chains,
                 job_id=job,
+                start_ns=min(times) - MARGIN_NS,
+                end_ns=max(times) + MARGIN_NS,
             )
         )
         cause = straggler["cause"]["class"]

@@ -13,9 +13,11 @@ LIMIT $max_rows;
 
 -- name: call_stacks
 -- The stacks of ranks $ranks on $node_id in the pre-call windows of their collectives $chains (the late
--- episodes find_stragglers lists), by the time they carried, most first.
+-- episodes find_stragglers lists), by the time they carried, most first; the calls are looked for in
+-- [$start_ns, $end_ns) (NULL = open).
 SELECT *, coalesce(rk_folded_frames(frames), '[stack ' || stack_id || ']') AS folded
-FROM rk_top_stacks((SELECT ws FROM rk_call_windows($cluster_id, $node_id, $ranks, $chains, job := $job_id)))
+FROM rk_top_stacks((SELECT ws FROM rk_call_windows($cluster_id, $node_id, $ranks, $chains, job := $job_id,
+                                                   lo := $start_ns, hi := $end_ns)))
 LIMIT $max_rows;
 
 -- name: stack_diff

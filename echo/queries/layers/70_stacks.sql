@@ -41,6 +41,11 @@ CREATE OR REPLACE TEMP MACRO rk_stack_spans(ws) AS TABLE
 WITH w AS MATERIALIZED (
     SELECT *, hash(cluster_id, node_id, pid, tid) AS thread_key FROM (SELECT unnest(ws, recursive := true))
 ),
+span AS MATERIALIZED (  -- constant bounds over every window, so the scans can skip whole row groups
+    SELECT min(w.from_ns) // 1000000000 - any_value(t.lookback_s) AS lo_bucket, max(w.to_ns) // 1000000000 AS hi_bucket,
+           min(w.from_ns) AS lo, max(w.to_ns) + any_value(t.slack_ns) AS hi
+    FROM w CROSS JOIN rk_stack_tuning() t
+),
 iv AS MATERIALIZED (
     SELECT w.w, w.role, h.category, h.stack_id, h.start_ns,
            least(h.end_ns, w.to_ns) - greatest(h.start_ns, w.from_ns) AS weight_ns
@@ -49,6 +54,7 @@ iv AS MATERIALIZED (
      AND h.start_bucket BETWEEN w.from_ns // 1000000000 - t.lookback_s AND w.to_ns // 1000000000
      AND h.end_ns > w.from_ns AND h.start_ns < w.to_ns
     WHERE h.stack_id IS NOT NULL AND h.category IS NOT NULL
+      AND h.start_bucket BETWEEN (SELECT lo_bucket FROM span) AND (SELECT hi_bucket FROM span)
 ),
 bd AS (
     SELECT w, role, enter_ns, from_ns, unnest(parts, recursive := true)
@@ -66,6 +72,7 @@ bd AS (
         JOIN collectives c ON c.thread_key = w.thread_key
          AND c.enter_ns > w.from_ns + t.slack_ns AND c.enter_ns <= w.to_ns + t.slack_ns
         WHERE c.pre_window_ns IS NOT NULL
+          AND c.enter_ns BETWEEN (SELECT lo FROM span) AND (SELECT hi FROM span)
     )
 )
 SELECT w, role, 'interval' AS source, category, stack_id, weight_ns FROM iv
@@ -99,7 +106,8 @@ FROM (SELECT row_number() OVER (ORDER BY cluster_id, node_id, pid, tid) AS i, * 
 -- name: rk_call_windows
 -- The windows of rk_stack_spans before the collectives with causal_chain_id in chains of ranks rs on
 -- node: each call's thread over its pre-call window (the agent's, else default_window_ns), role 'rank'.
-CREATE OR REPLACE TEMP MACRO rk_call_windows(cluster, node, rs, chains, job := NULL) AS TABLE
+-- lo / hi (node clock, NULL = open) bound where the calls are looked for.
+CREATE OR REPLACE TEMP MACRO rk_call_windows(cluster, node, rs, chains, job := NULL, lo := NULL, hi := NULL) AS TABLE
 SELECT coalesce(list({'w': CAST(i AS INTEGER), 'role': 'rank', 'cluster_id': cluster_id, 'node_id': node_id,
                       'pid': pid, 'tid': tid, 'from_ns': from_ns, 'to_ns': enter_ns}), []) AS ws
 FROM (
@@ -108,6 +116,7 @@ FROM (
     FROM collectives c CROSS JOIN rk_stack_tuning() t
     WHERE list_contains(chains, c.causal_chain_id) AND list_contains(rs, c.rank) AND c.node_id = node
       AND (cluster IS NULL OR c.cluster_id = cluster) AND (job IS NULL OR c.job_id = job)
+      AND (lo IS NULL OR c.enter_ns >= lo) AND (hi IS NULL OR c.enter_ns < hi)
 );
 
 -- name: rk_top_stacks
