@@ -12,12 +12,12 @@
 
 -- name: rk_stack_tuning
 -- Every number the stack views are tuned by: frames in a leading-frames line, the window before a call
--- when its agent sent no pre-call window, stacks per view, how far before a window an interval may have
+-- when its agent sent no pre-call window, how far before a window an interval may have
 -- begun (s), the share of the late rank's time a stack needs to be called distinctive, and the slack
 -- (ns) a window's end is matched with its call's enter (a window rebuilt from the corrected clock may
 -- be off by a rounding).
 CREATE OR REPLACE TEMP MACRO rk_stack_tuning() AS TABLE
-SELECT 4 AS lead_frames, CAST(500000000 AS BIGINT) AS default_window_ns, 10 AS top_stacks,
+SELECT 4 AS lead_frames, CAST(500000000 AS BIGINT) AS default_window_ns,
        60 AS lookback_s, 0.05 AS min_distinct_share, 1000 AS slack_ns;
 
 -- name: rk_lead_frames
@@ -42,7 +42,8 @@ WITH w AS MATERIALIZED (
     SELECT *, hash(cluster_id, node_id, pid, tid) AS thread_key FROM (SELECT unnest(ws, recursive := true))
 ),
 span AS MATERIALIZED (  -- constant bounds over every window, so the scans can skip whole row groups
-    SELECT min(w.from_ns) // 1000000000 - any_value(t.lookback_s) AS lo_bucket, max(w.to_ns) // 1000000000 AS hi_bucket,
+    SELECT min(w.from_ns) // 1000000000 - any_value(t.lookback_s) AS lo_bucket,
+           max(w.to_ns) // 1000000000 AS hi_bucket,
            min(w.from_ns) AS lo, max(w.to_ns) + any_value(t.slack_ns) AS hi
     FROM w CROSS JOIN rk_stack_tuning() t
 ),
@@ -87,10 +88,14 @@ WHERE b.stack_id IS NOT NULL AND b.ns > 0
 -- The windows of rk_stack_spans for rank r over [from_t, to_t) (its node's clock; NULL = open): one per
 -- thread of the rank seen in the range (intervals or collectives), all role 'rank'. node NULL = any node.
 CREATE OR REPLACE TEMP MACRO rk_rank_windows(from_t, to_t, cluster, node, r, job := NULL) AS TABLE
-WITH b AS (SELECT coalesce(from_t, 0) AS lo, coalesce(to_t, CAST(9e18 AS BIGINT)) AS hi),
+WITH b AS (
+    SELECT coalesce(from_t, 0) AS lo, coalesce(to_t, CAST(9e18 AS BIGINT)) AS hi,  -- open ends
+           CAST(t.lookback_s AS BIGINT) * 1000000000 AS lookback_ns
+    FROM rk_stack_tuning() t
+),
 threads AS (
     SELECT DISTINCT h.cluster_id, h.node_id, h.pid, h.tid FROM host_activity h, b
-    WHERE h.rank = r AND h.start_ns >= b.lo - 60000000000 AND h.start_ns < b.hi AND h.end_ns > b.lo
+    WHERE h.rank = r AND h.start_ns >= b.lo - b.lookback_ns AND h.start_ns < b.hi AND h.end_ns > b.lo
       AND (node IS NULL OR h.node_id = node) AND (cluster IS NULL OR h.cluster_id = cluster)
       AND (job IS NULL OR h.job_id = job)
     UNION
