@@ -24,6 +24,7 @@ from rankecho.echo.mcp.server import build_server
 from rankecho.echo.mcp.stacks import MAX_FOLDED_CHARS, MAX_FRAMES, _stack
 from rankecho.echo.mcp.tools import Investigation
 from rankecho.echo.pprof import profile_class
+from rankecho.echo.queries import QUERIES
 from rankecho.echo.sandbox import Sandbox, SandboxLimits
 from rankecho.echo.store.reader import Reader
 from rankecho.shared.stacks import stack_id
@@ -109,6 +110,14 @@ def test_caller_sql_reads_the_stacks_table(store: Path) -> None:
         },
     )
     assert out["rows"] == [{"leaf": "__clock_nanosleep", "calls": 120}, {"leaf": "cudaMalloc", "calls": 10}]
+    example = call(store, "fleet.cluster.run_analysis", {"sql": QUERIES["example_late_rank_stacks"].sql})
+    top = example["rows"][0]
+    assert (top["rank"], top["category"], top["leading_frames"], top["ms"]) == (
+        3,
+        "allocator",
+        ALLOC_LEAD,
+        400.0,
+    )
     # and in the sandbox worker, whose catalog is pruned to the allowed relations (echo/guard/catalog.py)
     box = Sandbox(lambda: store, SandboxLimits(memory_bytes=1 << 30, workers=1, margin_s=1.0), 10)
     try:
