@@ -54,9 +54,11 @@ class Diagnosis:
         min_late_ms: float | None = None,
         max_episodes: int = MAX_EPISODES,
         job_id: str | None = None,
+        stacks: bool = True,
     ) -> dict[str, Any]:
         """The stragglers of one job in the window (``job_id``, else the window's most recent job);
-        ``max_episodes`` bounds the episodes listed per straggler."""
+        ``max_episodes`` bounds the episodes listed per straggler; ``stacks`` False leaves out the call
+        stack of each cause (a query per straggler: callers that only want the verdict skip it)."""
         if min_late_ms is not None and not min_late_ms >= 0:
             raise DiagnosisError(
                 "min_late_ms must be a number of milliseconds >= 0 (omit it to use the noise)"
@@ -85,7 +87,7 @@ class Diagnosis:
                 continue
             entry = _straggler(row, cluster, rates.get(row["cluster_id"]), self._inv.rates.currency)
             (stragglers if row["significant"] else noise).append(entry)
-        for s in stragglers[:MAX_STRAGGLERS]:  # the cause's stack, from the late episodes' windows
+        for s in stragglers[:MAX_STRAGGLERS] if stacks else []:  # the cause's stack, from the late episodes
             s["cause"]["stack"] = self._inv.stacks.lead(s, job)
             s["cause"]["leading_frames"] = (s["cause"]["stack"] or {}).get("leading_frames")
             s["summary"] = _summary(s, clusters[s["cluster_id"]])
@@ -305,6 +307,8 @@ def _straggler(
             "class": row["cause"],
             "counts": row["causes"] or {},
             "evidence_ms": {"rank": _ns_to_ms(row["spent_ns"]), "peers_median": _ns_to_ms(row["peers_ns"])},
+            "stack": None,  # filled by find_stragglers from the agents' call stacks (docs/stacks.md)
+            "leading_frames": None,
         },
         "imposed_gpu_s": _round(imposed),
         "cost": {"currency": currency, "rate_per_gpu_hour": rate, "cost": round(cost, 6),
