@@ -233,18 +233,21 @@ def test_collectives_and_intervals_carry_the_stack_ids_they_cited(store: Path) -
     assert unknown == [(stack_id(NEVER_SHIPPED), None)]
 
 
-def test_truncated_stacks_and_malformed_points(tmp_path: Path) -> None:
+def test_truncated_deep_and_malformed_stack_points(tmp_path: Path) -> None:
     short = ["[unknown]"]
+    deep = [f"pkg/module_{i}.py:function_with_a_long_name_{i}:{i}" for i in range(127)]  # the depth cap
     with Echo(local_settings(tmp_path / "s.db")) as echo:
         points = [
             stack_point(short, T0, truncated=True),
+            stack_point(deep, T0 + 4, truncated=True),
             Point(c.M_STACK, T0 + 1, 0, {c.STACK_ID: "no-frames"}),
             Point(c.M_STACK, T0 + 2, 0, {c.STACK_FRAMES: "f\ng"}),  # no id
             Point(c.M_STACK, T0 + 3, 1, {c.STACK_ID: "empty", c.STACK_FRAMES: ""}),
         ]
         grpc_export(echo.grpc_address, metrics_request(resource(0), points), TEST_TOKEN)
-        assert rows(echo, "SELECT stack_id, frames, depth, truncated FROM stacks") == [
-            (stack_id(short), short, 1, True)
+        assert rows(echo, "SELECT stack_id, frames, depth, truncated FROM stacks ORDER BY depth") == [
+            (stack_id(short), short, 1, True),
+            (stack_id(deep), deep, 127, True),  # stored whole: the id is the hash of these frames
         ]
 
 
