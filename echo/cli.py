@@ -53,6 +53,12 @@ def _explain(args: argparse.Namespace) -> int:
     return main(args)
 
 
+def _stacks(args: argparse.Namespace) -> int:
+    from rankecho.echo.stacks_cmd import main
+
+    return main(args)
+
+
 def add_source(p: argparse.ArgumentParser, db_help: str) -> Any:
     """``--db FILE`` or ``--mcp-url URL`` (one of them), the MCP token file, and the limits of both;
     returns the group, for a deprecated spelling of one of them."""
@@ -274,6 +280,39 @@ def add_jobs(subparsers: Any) -> None:
     p.set_defaults(handler=_jobs)
 
 
+def add_stacks(subparsers: Any) -> None:
+    from rankecho.echo.mcp.stacks import STACKS_LIMIT
+
+    p = subparsers.add_parser(
+        "stacks",
+        help="export one rank's call stacks (folded for flame graphs, or pprof)",
+        description="One rank's call stacks weighted by the time they carried (fleet.cluster.stacks), over "
+        "a window or one late call's pre-call window, written as folded stacks (flamegraph.pl, speedscope) "
+        "or a gzipped pprof profile (docs/stacks.md). From a store file no Echo holds (--db) or a running "
+        "Echo over MCP (--mcp-url).",
+        epilog=examples(
+            "rankecho stacks --db echo.db --node-id node-1 --rank 3 --causal-chain-id 'w0rld:28' "
+            "-o late.folded",
+            "rankecho stacks --db echo.db --rank 3 --start 2026-12-02T14:30:00Z --end 2026-12-02T14:35:00Z "
+            "--format pprof -o rank3.pb.gz",
+        ),
+    )
+    add_source(p, "a store file no Echo holds (opened read-only)")
+    p.add_argument("--rank", type=int, required=True, help="the rank")
+    p.add_argument("--node-id", help="its node (default: any node)")
+    p.add_argument("--start", metavar="T", help="window start: ISO-8601 or Unix ns (node clock)")
+    p.add_argument("--end", metavar="T", help="window end: ISO-8601 or Unix ns")
+    p.add_argument("--window", help="or 'last 10m', 'START/END', '14:30-14:35' (default: all data)")
+    p.add_argument("--causal-chain-id", metavar="ID", help="or the pre-call window before this collective")
+    p.add_argument("--cluster-id", help="only this cluster")
+    p.add_argument("--job-id", help="the job (default: the window's most recent)")
+    p.add_argument("--limit", type=int, default=STACKS_LIMIT, metavar="N",
+                   help="most stacks (most time first)")  # fmt: skip
+    p.add_argument("--format", choices=("folded", "pprof"), default="folded", help="output format")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write ('-': stdout)")
+    p.set_defaults(handler=_stacks)
+
+
 def register(subparsers: Any) -> None:
     """Add this package's subcommands to the `rankecho` parser."""
     add_serve(subparsers)
@@ -281,4 +320,5 @@ def register(subparsers: Any) -> None:
     add_diagnose(subparsers)
     add_explain(subparsers)
     add_jobs(subparsers)
+    add_stacks(subparsers)
     mcp_cli.register(subparsers)

@@ -53,6 +53,15 @@ def render_explanation(result: dict[str, Any]) -> str:
     out.append(f"\nlast {len(timeline)} intervals before the call (ms, 0 = the call)"
                + (f"; {more} earlier ones in --json" if more else "") + ":")  # fmt: skip
     out.append(text_table(timeline))
+    distinct = (result.get("stacks") or {}).get("distinctive") or []
+    if distinct:
+        peers = result["stacks"]["peers_compared"]
+        out.append(f"\nstacks it ran that its {peers} peers did not (ms, callee first):")
+        out.append(text_table([
+            {"ms": d["rank_ms"], "peers (mean)": d["peers_mean_ms"], "cause": d["category"],
+             "stack": d["leading_frames"] or f"[stack {d['stack_id']}]"}
+            for d in distinct
+        ]))  # fmt: skip
     out.append("\nevery rank at that collective:")
     out.append(text_table(result["arrivals"]))
     return "\n".join(out)

@@ -36,6 +36,7 @@ TOOLS = {
     "fleet.cluster.timeline",
     "fleet.cluster.find_hangs",
     "fleet.cluster.jobs",
+    "fleet.cluster.stacks",
 }
 LAST_NS = START_NS + (ROWS - 1) * STEP_NS
 NOW_NS = LAST_NS + 30 * 10**9
@@ -250,7 +251,7 @@ def test_schema_resource_documents_columns_and_examples(con: duckdb.DuckDBPyConn
             return str(getattr(contents[0], "text", ""))
 
     doc = json.loads(asyncio.run(go()))
-    assert [t["name"] for t in doc["tables"]] == ["events", "collectives", "host_activity"]
+    assert [t["name"] for t in doc["tables"]] == ["events", "collectives", "host_activity", "stacks"]
     typed = {c["name"] for c in doc["tables"][1]["columns"]}
     assert {"comm_id", "seq", "enter_ns", "complete_ns", "rank", "node_id"} <= typed
     layers = {layer["name"]: layer for layer in doc["analysis_layers"]}

@@ -161,7 +161,7 @@ def test_echo_workers_read_a_snapshot_that_follows_ingest(tmp_path: Path) -> Non
         with duckdb.connect(str(newest), read_only=True) as con:
             tables = con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()
         assert tables == [("collective_rollup",), ("collectives",), ("events",), ("host_activity",),
-                          ("retention_state",)]  # fmt: skip
+                          ("retention_state",), ("stacks",)]  # fmt: skip
     assert not (tmp_path / "echo.db.analysis").exists()
 
 
@@ -243,7 +243,7 @@ def unguarded(store: Path) -> Iterator[Sandbox]:
 
 def test_the_workers_catalog_holds_only_the_allowed_relations(unguarded: Sandbox, store: Path) -> None:
     tables = unguarded.query("SELECT database_name, schema_name, table_name FROM duckdb_tables() ORDER BY 3")
-    allowed = ("collective_rollup", "collectives", "events", "host_activity", "retention_state")
+    allowed = ("collective_rollup", "collectives", "events", "host_activity", "retention_state", "stacks")
     assert tables.rows == [("store", "main", name) for name in allowed]
     databases = unguarded.query("SELECT database_name FROM duckdb_databases() WHERE NOT internal ORDER BY 1")
     assert databases.rows == [("memory",), ("store",)]

@@ -54,9 +54,11 @@ class Diagnosis:
         min_late_ms: float | None = None,
         max_episodes: int = MAX_EPISODES,
         job_id: str | None = None,
+        stacks: bool = True,
     ) -> dict[str, Any]:
         """The stragglers of one job in the window (``job_id``, else the window's most recent job);
-        ``max_episodes`` bounds the episodes listed per straggler."""
+        ``max_episodes`` bounds the episodes listed per straggler; ``stacks`` False leaves out the call
+        stack of each cause (a query per straggler: callers that only want the verdict skip it)."""
         if min_late_ms is not None and not min_late_ms >= 0:
             raise DiagnosisError(
                 "min_late_ms must be a number of milliseconds >= 0 (omit it to use the noise)"
@@ -85,6 +87,10 @@ class Diagnosis:
                 continue
             entry = _straggler(row, cluster, rates.get(row["cluster_id"]), self._inv.rates.currency)
             (stragglers if row["significant"] else noise).append(entry)
+        for s in stragglers[:MAX_STRAGGLERS] if stacks else []:  # the cause's stack, from the late episodes
+            s["cause"]["stack"] = self._inv.stacks.lead(s, job)
+            s["cause"]["leading_frames"] = (s["cause"]["stack"] or {}).get("leading_frames")
+            s["summary"] = _summary(s, clusters[s["cluster_id"]])
         for cluster in clusters.values():
             named = [s for s in stragglers if s["cluster_id"] == cluster["cluster_id"]]
             cluster["verdict"] = (
@@ -186,6 +192,8 @@ class Diagnosis:
             )
         )
         late_ms = max(target["host_late_ms"] or 0.0, target["gpu_late_ms"] or 0.0)
+        span_ns = [int(r["window_ms"] * 1e6) if summarised else before_ns for r in [target, *peers]]
+        stack_windows = [_window(r, n) for r, n in zip([target, *peers], span_ns, strict=True)]
         return {
             "node_id": node_id,
             "rank": rank,
@@ -216,6 +224,7 @@ class Diagnosis:
             "peers_compared": len(peers),
             "timeline": timeline,
             "timeline_truncated": cut,
+            "stacks": self._inv.stacks.differential(stack_windows[0], stack_windows[1:]),
             "arrivals": [
                 {"node_id": r["node_id"], "rank": r["rank"], "host_late_ms": _round(r["host_late_ms"]),
                  "gpu_late_ms": _round(r["gpu_late_ms"])}
@@ -298,6 +307,8 @@ def _straggler(
             "class": row["cause"],
             "counts": row["causes"] or {},
             "evidence_ms": {"rank": _ns_to_ms(row["spent_ns"]), "peers_median": _ns_to_ms(row["peers_ns"])},
+            "stack": None,  # filled by find_stragglers from the agents' call stacks (docs/stacks.md)
+            "leading_frames": None,
         },
         "imposed_gpu_s": _round(imposed),
         "cost": {"currency": currency, "rate_per_gpu_hour": rate, "cost": round(cost, 6),
@@ -344,10 +355,13 @@ def _summary(s: dict[str, Any], cluster: dict[str, Any]) -> str:
         if wi["step_ms_if_on_time"] and wi["step_ms_actual"] and wi["slowdown"] else ""
     )  # fmt: skip
     side = "its GPU reached" if s["side"] == "gpu" else "it entered"
+    lead = s["cause"].get("leading_frames")
+    where = f", at {lead}" if lead else ""
     return (
         f"{_who(s)}: {side} the collective a median {s['late_ms']['median']:.1f} ms late at "
         f"{s['episodes_total']} of {cluster['steps']} steps ({how_often}); before each it was mostly "
-        f"{CAUSE_TEXT.get(cause, cause)}{evidence}. The other ranks waited {s['imposed_gpu_s']:.2f} GPU-s "
+        f"{CAUSE_TEXT.get(cause, cause)}{evidence}{where}. The other ranks waited "
+        f"{s['imposed_gpu_s']:.2f} GPU-s "
         f"({s['cost']['cost']:.4f} {s['cost']['currency']}){what_if}. Next: {s['next_step']}."
     )
 

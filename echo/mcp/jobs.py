@@ -64,7 +64,7 @@ class Jobs:
             row["steps"], row["stragglers"] = None, "not analysed (list a narrower window or pass job_id)"
             if n < MAX_ANALYSED:
                 found = self._inv.diagnosis.find_stragglers(window, row["cluster_id"], max_episodes=1,
-                                                            job_id=row["job_id"])  # fmt: skip
+                                                            job_id=row["job_id"], stacks=False)  # fmt: skip
                 cluster = found["clusters"][0] if found["clusters"] else None
                 row["steps"] = cluster["steps"] if cluster else 0
                 row["stragglers"] = cluster["verdict"] if cluster else "no complete collective instance"

@@ -46,13 +46,16 @@ TABLES: dict[str, str] = {
     "events": "one row per OTLP data point, span or log record: the system of record",
     "collectives": "typed copy of every rankecho.nccl.collective event (one per collective call per rank)",
     "host_activity": "typed copy of every interval a rank's thread spent in a CUDA call or off the CPU",
+    "stacks": "one row per distinct call stack (stack_id, frames innermost first, truncated); collectives "
+    "and host_activity cite them by stack_id (the pre-call breakdown by pre_<class>_stack, pre_oncpu_stack)",
 }
 GUIDE = (
     "One row per event in `events`. Filter on timestamp_ns (nanoseconds) and node_id/metric_name first; "
     "aggregate before returning rows (results are capped). Use quantile_cont for medians/percentiles, "
     "json_extract_string for attributes, window functions for per-rank lag. The straggler analysis is "
     "available as table functions (analysis_layers), e.g. FROM rk_stragglers(NULL, NULL, NULL); its typed "
-    "inputs are the collectives and host_activity tables. Only SELECT over the tables and functions listed "
+    "inputs are the collectives and host_activity tables, whose stack ids join the stacks table (LEFT JOIN: "
+    "a stack may be cited before it is stored). Only SELECT over the tables and functions listed "
     "here runs; files, URLs and DuckDB's catalog are refused."
 )
 _MACRO = re.compile(r"MACRO\s+(\w+)\s*\(([^)]*)\)\s+AS\s+TABLE", re.IGNORECASE)

@@ -1,4 +1,4 @@
-"""The fastmcp server: nine read-only ``fleet.cluster.*`` tools and the ``rankecho://schema`` resource.
+"""The fastmcp server: eleven read-only ``fleet.cluster.*`` tools and the ``rankecho://schema`` resource.
 
 Each tool parses its arguments, calls one :class:`echo.mcp.tools.Investigation` method and returns its
 dict; errors a caller can fix become ``ToolError`` with the fix, anything else is masked (no traces or
@@ -26,6 +26,7 @@ from pydantic import Field
 from rankecho.echo.guard.refusal import safe_message
 from rankecho.echo.mcp.diagnosis import DiagnosisError
 from rankecho.echo.mcp.schema import schema_document
+from rankecho.echo.mcp.stacks import MAX_STACKS, STACKS_LIMIT, StacksError
 from rankecho.echo.mcp.timeline import MAX_SLICES, TimelineError
 from rankecho.echo.mcp.tools import MAX_LIMIT, Investigation, InvestigationError
 
@@ -38,8 +39,9 @@ INSTRUCTIONS = (
     "fleet.cluster.run_analysis runs your own SQL (read rankecho://schema first); fleet.cluster.get_cost "
     "prices GPU time and stalls. A cluster runs many jobs, each with ranks 0..N-1: the analysing tools "
     "take job_id (default: the window's most recent job, named in the answer's job_id); "
-    "fleet.cluster.jobs lists the jobs. All tools are read-only; results are bounded and say when they "
-    "were truncated."
+    "fleet.cluster.jobs lists the jobs. fleet.cluster.stacks gives one rank's call stacks (folded), and "
+    "explain_straggler its late call's stacks against its peers'. All tools are read-only; results are "
+    "bounded and say when they were truncated."
 )
 READ_ONLY = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
@@ -80,7 +82,7 @@ class BearerToken(TokenVerifier):
 def _answer(call: Callable[[], T]) -> T:
     try:
         return call()
-    except (InvestigationError, DiagnosisError, TimelineError) as exc:
+    except (InvestigationError, DiagnosisError, TimelineError, StacksError) as exc:
         raise ToolError(str(exc)) from None
     except Exception as exc:  # a tool answers with a safe message, never a trace
         raise ToolError(f"internal error: {safe_message(exc, 200)}") from None
@@ -131,7 +133,8 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         ('host': it called late; 'gpu': its GPU got there late), every late episode (step, causal_chain_id,
         timestamp_ns on the corrected clock, late_by_ms), share of steps, late_ms median/p95/max, period in
         steps with a confidence (1 = every step), cause class (allocator, slow_gpu, memcpy, cpu_contention,
-        sleeping, host_compute) with the rank's pre-call time per class against its peers', imposed_gpu_s
+        sleeping, host_compute) with the rank's pre-call time per class against its peers' and, when agents
+        sent call stacks, the stack that carried it (cause.leading_frames, callee first), imposed_gpu_s
         (GPU-seconds the others waited) and its cost, what_if (mean step time had it been on time) and
         next_step (what to do about the cause). Per cluster: the noise level and threshold measured; a
         healthy job says 'no straggler'. Late episodes too few or small to be told from noise are listed
@@ -185,7 +188,9 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         """What one rank's calling thread did in the before_ms before it entered one collective: its timeline
         (each CUDA call and off-CPU interval, ms relative to the call), the time per cause class against the
         median of its on-time peers over the same span, the excess, the dominant cause, and every rank's
-        lateness at that collective. Give causal_chain_id or timestamp_ns from find_stragglers."""
+        lateness at that collective, and `stacks`: the call stacks the rank ran in its window against its
+        peers' in theirs (distinctive: what it ran that they did not, with leading_frames; rank_top: its own
+        top stacks). Give causal_chain_id or timestamp_ns from find_stragglers."""
         return _answer(
             lambda: inv.diagnosis.explain_straggler(node_id, rank, causal_chain_id, timestamp_ns, before_ms,
                                                     cluster_id, job_id)
@@ -295,6 +300,32 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         timeline, summary or get_cost to analyse that job. job_id '' holds points without a job id (older
         agents)."""
         return _answer(lambda: inv.jobs.list(window, cluster_id))
+
+    @mcp.tool(name="fleet.cluster.stacks", annotations=READ_ONLY)
+    def stacks(
+        node_id: Annotated[str | None, Field(description="The rank's node (default: any node).")],
+        rank: int,
+        window: Window = None,
+        causal_chain_id: Annotated[
+            str | None,
+            Field(description="Instead of the window: the rank's pre-call window before this collective "
+                  "(find_stragglers' episodes list them; needs node_id)."),
+        ] = None,
+        cluster_id: str | None = None,
+        job_id: JobId = None,
+        limit: Annotated[int, Field(ge=1, le=STACKS_LIMIT, description="Most stacks.")] = MAX_STACKS,
+    ) -> dict[str, Any]:
+        """One rank's call stacks over the window (node clock), weighted by the time each carried: per
+        stack its frames innermost (callee) first (a Python frame is file:function:line), leading_frames
+        ('cudaMalloc <- allocate_cache <- train.py:forward:88'), ms, the cause class it carried
+        (allocator, slow_gpu, memcpy, cpu_contention, sleeping; host_compute = the on-CPU sampler's
+        stack) and ms per class, truncated (the walk stopped early: outer frames missing), and its folded
+        line (root first, ';'-joined, weight in microseconds last: flamegraph.pl / speedscope input);
+        `folded` lists them all. Most time first; bounded (frames per stack, stacks), `truncated` says when
+        stacks were cut. A stack cited before its frames reached Echo has frames null."""
+        return _answer(
+            lambda: inv.stacks.rank(node_id, rank, window, cluster_id, job_id, causal_chain_id, limit)
+        )
 
     @mcp.resource(
         "rankecho://schema",

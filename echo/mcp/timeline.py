@@ -61,7 +61,8 @@ class Timeline:
         if not 0 < before_ms <= 60_000:
             raise TimelineError("before_ms must be between 0 and 60000")
         w = self._inv.window(window)
-        found = self._inv.diagnosis.find_stragglers(window, cluster_id, max_episodes=1, job_id=job_id)
+        found = self._inv.diagnosis.find_stragglers(window, cluster_id, max_episodes=1, job_id=job_id,
+                                                    stacks=False)  # fmt: skip
         focus = _focus(found, timestamp_ns)
         if focus["cluster_id"] is None:
             return {"window": w.describe(), "focus": focus, "lanes": [], "slices": [], "truncated": False,

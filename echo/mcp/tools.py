@@ -27,6 +27,7 @@ from rankecho.echo.mcp.failures import Failures
 from rankecho.echo.mcp.jobs import Jobs
 from rankecho.echo.mcp.rates import Rates
 from rankecho.echo.mcp.sanitize import cap_rows, clean_text, json_safe, parse_attrs
+from rankecho.echo.mcp.stacks import Stacks
 from rankecho.echo.mcp.timeline import Timeline
 from rankecho.echo.mcp.windows import Anchor, Window, WindowError, iso, parse_window
 from rankecho.echo.queries import QUERIES
@@ -76,6 +77,8 @@ class Investigation:
         """Which job a tool analyses (given, else the window's most recent) and fleet.cluster.jobs."""
         self.timeline = Timeline(self)
         """The cross-rank timeline and lateness heat map the report and fleet.cluster.timeline show."""
+        self.stacks = Stacks(self)
+        """Call stacks: a rank's top stacks (fleet.cluster.stacks), differential and leading frames."""
 
     # -- plumbing (also used by :class:`rankecho.echo.mcp.diagnosis.Diagnosis`) -----------------------------
     def run_named(self, name: str, max_rows: int = MAX_LIMIT, **params: Any) -> QueryResult:

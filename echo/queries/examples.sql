@@ -30,3 +30,14 @@ SELECT node_id, json_extract_string(attrs_json, '$."rankecho.gpu.model"') AS gpu
 FROM events
 GROUP BY ALL
 ORDER BY events DESC;
+
+-- name: example_late_rank_stacks
+-- Call stacks (docs/stacks.md): which stacks carried each rank's CUDA-call and off-CPU time, callee first;
+-- LEFT JOIN, since a stack may be cited before its frames are stored.
+SELECT h.node_id, h.rank, h.category, rk_lead_frames(s.frames, 4) AS leading_frames,
+       sum(h.end_ns - h.start_ns) / 1e6 AS ms, count(*) AS intervals
+FROM host_activity h LEFT JOIN stacks s USING (stack_id)
+WHERE h.stack_id IS NOT NULL
+GROUP BY ALL
+ORDER BY ms DESC
+LIMIT 20;

@@ -99,6 +99,8 @@ class PassReport:
     """Raw rows deleted from the three tables together."""
     rollup_rows_written: int = 0
     rollup_rows_deleted: int = 0
+    stacks_deleted: int = 0
+    """Rows of ``stacks`` no kept row cites any more, first seen below the raw cutoff."""
     chunks: int = 0
     seconds: float = 0.0
     checkpointed: bool = False
@@ -313,6 +315,8 @@ class Retention:
         con.execute("BEGIN TRANSACTION")
         try:
             report.rollup_rows_deleted = self._count("delete_rollups", cutoff_ns=report.rollup_cutoff_ns)
+            if report.raw_cutoff_ns is not None:  # the stacks only the deleted rows cited
+                report.stacks_deleted = self._count("delete_stacks", cutoff_ns=report.raw_cutoff_ns)
             con.execute("COMMIT")
         except Exception:
             rollback(con)

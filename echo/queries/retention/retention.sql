@@ -60,6 +60,24 @@ DELETE FROM events WHERE timestamp_ns < $cutoff_ns;
 -- name: delete_rollups
 DELETE FROM collective_rollup WHERE minute_ns < $cutoff_ns;
 
+-- name: delete_stacks
+-- Stacks first seen below $cutoff_ns that no kept row cites (a stack is shipped once per node, then only
+-- cited, so an old stack a new row still cites stays; a newer one not yet cited may be about to be). One
+-- DISTINCT scan per citing column, each filtered to the few candidate ids.
+DELETE FROM stacks
+WHERE first_seen_ns < $cutoff_ns
+  AND stack_id NOT IN (
+      WITH candidates AS (SELECT stack_id FROM stacks WHERE first_seen_ns < $cutoff_ns)
+      SELECT stack_id FROM collectives SEMI JOIN candidates USING (stack_id)
+      UNION SELECT pre_allocator_stack FROM collectives WHERE pre_allocator_stack IN (FROM candidates)
+      UNION SELECT pre_slow_gpu_stack FROM collectives WHERE pre_slow_gpu_stack IN (FROM candidates)
+      UNION SELECT pre_memcpy_stack FROM collectives WHERE pre_memcpy_stack IN (FROM candidates)
+      UNION SELECT pre_cpu_contention_stack FROM collectives WHERE pre_cpu_contention_stack IN (FROM candidates)
+      UNION SELECT pre_sleeping_stack FROM collectives WHERE pre_sleeping_stack IN (FROM candidates)
+      UNION SELECT pre_oncpu_stack FROM collectives WHERE pre_oncpu_stack IN (FROM candidates)
+      UNION SELECT stack_id FROM host_activity SEMI JOIN candidates USING (stack_id)
+  );
+
 -- name: used_bytes
 -- Bytes the store's blocks in use take (free blocks inside the file, reused by new rows, not counted).
 SELECT used_blocks * block_size AS used_bytes, total_blocks * block_size AS file_bytes

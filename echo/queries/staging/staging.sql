@@ -45,7 +45,15 @@ SELECT event_id, cluster_id, node_id, rank, nranks,
        CASE WHEN a[16] IS NOT NULL THEN coalesce(rk_ms_to_ns(a[21]), 0) END AS pre_sleeping_ns,
        rk_ms_to_ns(a[22]) AS pre_presync_ns,
        TRY_CAST(a[23] AS BIGINT) AS launches,
-       coalesce(a[24], '') AS job_id
+       coalesce(a[24], '') AS job_id,
+       a[25] AS stack_id,
+       a[26] AS pre_allocator_stack,
+       a[27] AS pre_slow_gpu_stack,
+       a[28] AS pre_memcpy_stack,
+       a[29] AS pre_cpu_contention_stack,
+       a[30] AS pre_sleeping_stack,
+       a[31] AS pre_oncpu_stack,
+       TRY_CAST(a[32] AS BIGINT) AS pre_oncpu_samples
 FROM (
     SELECT *,
            json_extract_string(attrs_json, [
@@ -57,7 +65,10 @@ FROM (
                '$."rankecho.pre.window_ms"', '$."rankecho.pre.allocator_ms"', '$."rankecho.pre.slow_gpu_ms"',
                '$."rankecho.pre.memcpy_ms"', '$."rankecho.pre.cpu_contention_ms"',
                '$."rankecho.pre.sleeping_ms"', '$."rankecho.pre.presync_ms"', '$."rankecho.cuda.launches"',
-               '$."rankecho.job.id"'
+               '$."rankecho.job.id"', '$."rankecho.stack.id"', '$."rankecho.pre.allocator_stack"',
+               '$."rankecho.pre.slow_gpu_stack"', '$."rankecho.pre.memcpy_stack"',
+               '$."rankecho.pre.cpu_contention_stack"', '$."rankecho.pre.sleeping_stack"',
+               '$."rankecho.pre.oncpu_stack"', '$."rankecho.pre.oncpu_samples"'
            ]) AS a
     FROM staged
     WHERE metric_name = 'rankecho.nccl.collective'
@@ -102,13 +113,15 @@ SELECT event_id, cluster_id, node_id, rank,
             THEN CAST(round(least(greatest(coalesce(TRY_CAST(a[8] AS DOUBLE), 0), 0),
                                   greatest(coalesce(value_double, 0), 0)) * 1e6) AS BIGINT)
             ELSE 0 END AS runq_ns,
-       coalesce(a[9], '') AS job_id
+       coalesce(a[9], '') AS job_id,
+       a[10] AS stack_id
 FROM (
     SELECT *,
            json_extract_string(attrs_json, [
                '$."process.pid"', '$."rankecho.process.start_ns"', '$."thread.id"',
                '$."rankecho.cuda.call"', '$."rankecho.call_in_flight"', '$."rankecho.sched.state"',
-               '$."rankecho.sched.preempted_by"', '$."rankecho.sched.runq_ms"', '$."rankecho.job.id"'
+               '$."rankecho.sched.preempted_by"', '$."rankecho.sched.runq_ms"', '$."rankecho.job.id"',
+               '$."rankecho.stack.id"'
            ]) AS a
     FROM staged
     WHERE metric_name IN ('rankecho.cuda.sync', 'rankecho.cuda.malloc', 'rankecho.cuda.free',
@@ -124,7 +137,7 @@ pieces AS (  -- the interval (less its run-queue wait when split) and the wait a
     FROM parsed WHERE runq_ns > 0
 )
 SELECT event_id, cluster_id, node_id, rank, pid, process_start_ns, tid, kind, cuda_call, state, preempted_by,
-       start_ns, end_ns, causal_chain_id, job_id,
+       start_ns, end_ns, causal_chain_id, job_id, stack_id,
        hash(cluster_id, node_id, pid, tid) AS thread_key, start_ns // 1000000000 AS start_bucket,
        CASE WHEN kind IN ('malloc', 'free') THEN 'allocator'
             WHEN kind = 'sync' THEN 'slow_gpu'
@@ -136,3 +149,24 @@ SELECT event_id, cluster_id, node_id, rank, pid, process_start_ns, tid, kind, cu
             WHEN state = 'preempted' THEN 'cpu_contention'
             ELSE 'sleeping' END AS category
 FROM pieces;
+
+-- name: stage_stacks
+-- One row per distinct stack id of the commit's rankecho.stack points (schema v6): frames split back
+-- into a list (innermost first), the first point's time and node. An id already stored keeps its row: the
+-- id is a content hash, so a second node's point (or a restarted agent's) carries the same frames.
+INSERT OR IGNORE INTO stacks BY NAME
+SELECT DISTINCT ON (stack_id) stack_id, frames, len(frames) AS depth, truncated, first_seen_ns, cluster_id, node_id
+FROM (
+    SELECT a[1] AS stack_id, string_split(a[2], chr(10)) AS frames,
+           coalesce(TRY_CAST(a[3] AS BOOLEAN), false) AS truncated,
+           timestamp_ns AS first_seen_ns, cluster_id, node_id
+    FROM (
+        SELECT *, json_extract_string(attrs_json, [
+                   '$."rankecho.stack.id"', '$."rankecho.stack.frames"', '$."rankecho.stack.truncated"'
+               ]) AS a
+        FROM staged
+        WHERE metric_name = 'rankecho.stack'
+    )
+)
+WHERE stack_id IS NOT NULL AND frames IS NOT NULL AND frames <> ['']
+ORDER BY stack_id, first_seen_ns;
