@@ -225,7 +225,7 @@ struct plan {
     double fired[MAX_FAULTS];
 };
 
-static void setup(struct rank *r) {
+SIM_PHASE static void setup(struct rank *r) {
     const struct cfg *c = &r->c;
     const struct api *a = &r->a;
     check(a->cudaSetDevice(c->local_rank % 8), "cudaSetDevice");
