@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rankecho.agent.prologue import classify
+from rankecho.sim.faultsites import FAULT_SITES
 from rankecho.sim.launcher import SIM_ROOT, build_libs
 
 LIBS = [f"{d}/{lib}" for d in ("build", "build-endbr") for lib in ("libcudart.so.12", "libnccl.so.2")]
@@ -67,6 +68,7 @@ def test_every_exported_library_function_begins_with_push_rbp(built: Path, lib: 
 
 
 def test_rank_phases_are_framed_functions_of_their_own_name(built: Path) -> None:
+    assert {func for func, _ in FAULT_SITES.values()} <= set(PHASES)  # the ground truth names real frames
     for program in ("simrank", "simrank-dlopen"):
         funcs = functions(built / "build" / program, SHT_SYMTAB)
         clones = sorted(n for n in funcs if n.split(".")[0] in PHASES and "." in n)
