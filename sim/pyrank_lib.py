@@ -58,8 +58,9 @@ KERNEL = ctypes.CFUNCTYPE(None)
 
 
 def die(msg: str, code: int = 2) -> NoReturn:
+    """Exit like simrank's die/check (2: bad usage, 3: a library call failed), its log flushed."""
     print(f"pyrank: {msg}", file=sys.stderr, flush=True)
-    os._exit(code)
+    sys.exit(code)
 
 
 def check(rc: int, what: str) -> None:
