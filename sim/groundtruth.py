@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rankecho.sim.faultsites import fault_frame, fault_function
 from rankecho.sim.scenario import Scenario
 
 
@@ -137,6 +138,10 @@ def build_ground_truth(
 ) -> dict[str, Any]:
     """The ground-truth document (see docs/sim.md for its fields). ``observed``: the spans each node's
     agents saw ({node_id, from_ns, to_ns}, wall clock), when agents ran."""
+    def site(kind: str) -> dict[str, str]:
+        """Where a fault of ``kind`` ran in this scenario's rank program (sim/faultsites.py)."""
+        return {"function": fault_function(kind), "frame": fault_frame(kind, scenario.program)}
+
     by_step: dict[int, dict[int, StepRecord]] = {}
     for rank, log in logs.items():
         for rec in log.steps:
@@ -165,7 +170,7 @@ def build_ground_truth(
                     "fwd_sync_ms": _ms(r.fwd_sync_ns),
                     "step_ms": _ms(r.end_ns - r.start_ns),
                     "cause": r.causes[0][0] if r.causes else None,
-                    "injected": [{"kind": k, "ms": ms} for k, ms in r.causes],
+                    "injected": [{"kind": k, "ms": ms, **site(k)} for k, ms in r.causes],
                 }
             )
         stragglers = [
@@ -174,6 +179,7 @@ def build_ground_truth(
                 "entered_late_by_ms": e["entered_late_by_ms"],
                 "gpu_late_by_ms": e["gpu_late_by_ms"],
                 "cause": e["cause"],
+                **(site(e["cause"]) if e["cause"] else {"function": None, "frame": None}),
             }
             for e in ranks
             if max(e["entered_late_by_ms"], e["gpu_late_by_ms"]) >= scenario.straggler_threshold_ms
@@ -201,6 +207,9 @@ def build_ground_truth(
         "world_size": scenario.world_size,
         "steps": scenario.steps,
         "straggler_threshold_ms": scenario.straggler_threshold_ms,
+        "program": scenario.program,
+        "python": scenario.python,
+        "frame_pointers": scenario.frame_pointers,
         "nodes": [
             {
                 "node_id": n.id,
@@ -231,6 +240,7 @@ def build_ground_truth(
                 "every": f.every,
                 "start_step": f.start_step,
                 "jitter": f.jitter,
+                **site(f.kind),
                 **({"status": f.status} if f.kind == "crash" else {}),
             }
             for f in scenario.faults

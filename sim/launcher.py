@@ -29,6 +29,7 @@ from rankecho import stopflag
 from rankecho.sim.agents import Agent, AgentSpec, describe_failure, start_agents, stop_agents
 from rankecho.sim.groundtruth import build_ground_truth, rank_log_path, read_rank_logs
 from rankecho.sim.procs import LaunchError, Stopped, stop_process, tail
+from rankecho.sim.programs import rank_command
 from rankecho.sim.scenario import Node, Scenario
 
 __all__ = ["LaunchError", "LaunchOptions", "RunResult", "Stopped", "run_scenario"]
@@ -103,9 +104,8 @@ def rank_argv(
     scenario: Scenario, rank: int, node: Node, log: Path, lib_dir: Path, root: Path = SIM_ROOT
 ) -> list[str]:
     st = scenario.step
-    binary = root / "build" / ("simrank-dlopen" if scenario.load == "dlopen" else "simrank")
     argv = [
-        str(binary),
+        *rank_command(scenario, root),
         "--steps",
         str(scenario.steps),
         "--compute-us",

@@ -24,6 +24,10 @@ FAILURE_KINDS = ("hang", "crash", "desync")
 until killed), crash (exit with ``status`` there), desync (that collective with twice the byte count)."""
 FAULT_KINDS = DELAY_KINDS + FAILURE_KINDS
 LOAD_MODES = ("linked", "dlopen")
+PROGRAMS = ("c", "python")
+"""The rank program: build/simrank (C) or sim/pyrank.py (the same loop in Python over ctypes)."""
+PYTHONS = ("3.10", "3.11", "3.12")
+"""pyenv interpreters the Python rank may run under (``python:``); none: the launcher's own interpreter."""
 LAYOUTS = ("contiguous", "strided")
 
 
@@ -125,6 +129,11 @@ class Scenario:
     dlopen_delay_ms: int = 0
     endbr: bool = False
     straggler_threshold_ms: float = 50.0
+    program: str = "c"
+    python: str | None = None
+    """``program: python`` only: the pyenv CPython version to run it under (None: the launcher's Python)."""
+    frame_pointers: bool = True
+    """False: the C rank built -fomit-frame-pointer (build/simrank-nofp): its stacks come back truncated."""
 
     @property
     def world_size(self) -> int:
@@ -316,6 +325,23 @@ def _check_failures(sc: Scenario) -> None:
                     )
 
 
+def _program(d: dict[str, Any]) -> None:
+    """The rank program and its build: refuse the combinations no build provides."""
+    d["program"] = _choice("program", d.get("program", "c"), PROGRAMS)
+    if d.get("python") is not None:
+        if not isinstance(d["python"], str):
+            raise ScenarioError(f'python: quote the version (python: "3.10"); YAML read {d["python"]!r}')
+        if d["program"] != "python":
+            raise ScenarioError("python: only the Python rank runs under an interpreter; add program: python")
+        d["python"] = _choice("python", str(d["python"]), PYTHONS)
+    if d.get("frame_pointers", True) is False:
+        if d["program"] != "c":
+            raise ScenarioError("frame_pointers: false selects the C rank's no-frame-pointer build; "
+                                "drop it for program: python")
+        if d.get("load", "linked") != "linked":
+            raise ScenarioError("frame_pointers: false has a linked build only; drop load: dlopen")
+
+
 def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
     """Validate a parsed YAML document into a ``Scenario``."""
     d = _fields(name, raw, Scenario, ("cluster_id", "nodes"))
@@ -344,8 +370,10 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
     )
     d["load"] = _choice("load", d.get("load", "linked"), LOAD_MODES)
     d["dlopen_delay_ms"] = _number("dlopen_delay_ms", d.get("dlopen_delay_ms", 0), integer=True)
-    if not isinstance(d.get("endbr", False), bool):
-        raise ScenarioError("endbr: expected true or false")
+    for key in ("endbr", "frame_pointers"):
+        if not isinstance(d.get(key, False), bool):
+            raise ScenarioError(f"{key}: expected true or false")
+    _program(d)
     d["straggler_threshold_ms"] = float(
         _number("straggler_threshold_ms", d.get("straggler_threshold_ms", 50.0), positive=True)
     )

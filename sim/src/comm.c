@@ -166,6 +166,7 @@ static ncclResult_t comm_connect(ncclComm_t *out, uint32_t ip, uint16_t port, ui
 }
 
 ncclResult_t ncclGetVersion(int *version) {
+    SIM_ENTRY_FRAME();
     if (version == NULL) return ncclInvalidArgument;
     *version = NCCL_VERSION_CODE;
     return ncclSuccess;
@@ -278,35 +279,41 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) { return finish(comm, 0); }
 ncclResult_t ncclCommAbort(ncclComm_t comm) { return finish(comm, 1); }
 
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
+    SIM_ENTRY_FRAME();
     if (!valid(comm) || count == NULL) return ncclInvalidArgument;
     *count = comm->nranks;
     return ncclSuccess;
 }
 
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
+    SIM_ENTRY_FRAME();
     if (!valid(comm) || rank == NULL) return ncclInvalidArgument;
     *rank = comm->rank;
     return ncclSuccess;
 }
 
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device) {
+    SIM_ENTRY_FRAME();
     if (!valid(comm) || device == NULL) return ncclInvalidArgument;
     *device = comm->device;
     return ncclSuccess;
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
+    SIM_ENTRY_FRAME();
     if (!valid(comm) || asyncError == NULL) return ncclInvalidArgument;
     *asyncError = comm->async_error;
     return ncclSuccess;
 }
 
 const char *ncclGetLastError(ncclComm_t comm) {
+    SIM_ENTRY_FRAME();
     (void)comm;
     return "";
 }
 
 const char *ncclGetErrorString(ncclResult_t result) {
+    SIM_ENTRY_FRAME();
     static const char *names[] = {"no error", "unhandled cuda error", "unhandled system error", "internal error",
                                   "invalid argument", "invalid usage", "remote process exited or there was a "
                                   "network error", "NCCL operation in progress"};

@@ -141,7 +141,10 @@ int __rankechosim_device(void) { return t_device; }
 
 void __rankechosim_set_device(int device) { t_device = device; }
 
-void __rankechosim_set_gpu_slowdown(double factor) { g_slowdown = factor > 0 ? factor : 1.0; }
+void __rankechosim_set_gpu_slowdown(double factor) {
+    SIM_ENTRY_FRAME();
+    g_slowdown = factor > 0 ? factor : 1.0;
+}
 
 void sim_rt_sync_stream(struct CUstream_st *s) {
     pthread_mutex_lock(&s->mu);
@@ -194,6 +197,7 @@ cudaError_t cudaGetLastError(void) {
 cudaError_t cudaPeekAtLastError(void) { return t_last_error; }
 
 const char *cudaGetErrorName(cudaError_t error) {
+    SIM_ENTRY_FRAME();
     switch (error) {
     case cudaSuccess: return "cudaSuccess";
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
@@ -207,6 +211,7 @@ const char *cudaGetErrorName(cudaError_t error) {
 }
 
 const char *cudaGetErrorString(cudaError_t error) {
+    SIM_ENTRY_FRAME();
     return error == cudaSuccess ? "no error" : "simulated CUDA error (see cudaGetErrorName)";
 }
 

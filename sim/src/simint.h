@@ -16,6 +16,15 @@
 
 #define SIM_EXPORT __attribute__((visibility("default")))
 
+/* First statement of an exported function that touches no stack: GCC 12 gives such trivial leaves no
+ * frame even with -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer; asking for the frame address
+ * makes it begin with `push %rbp`, so a uprobe's stack there keeps its caller (docs/sim.md). */
+#ifdef SIM_ENTRY_FRAMES
+#define SIM_ENTRY_FRAME() __asm__ volatile("" : : "r"(__builtin_frame_address(0)))
+#else
+#define SIM_ENTRY_FRAME() ((void)0) /* the `make FRAME_POINTERS=` build: as compilers leave them */
+#endif
+
 /* Environment knobs (read once per process). Defaults in parentheses. */
 #define SIM_ENV_NS_PER_BLOCK "RANKECHO_SIM_NS_PER_BLOCK" /* GPU ns per thread block (1000) */
 #define SIM_ENV_MALLOC_GBPS "RANKECHO_SIM_MALLOC_GBPS"   /* cudaMalloc mapping rate (10) */

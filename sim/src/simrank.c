@@ -206,17 +206,6 @@ static void launch(const struct api *a, void (*fn)(void), double us, double host
 
 static uint64_t comm_hash(ncclComm_t comm) { return ((const uint64_t *)(const void *)comm)[1]; }
 
-/* Free and re-allocate the block cache in slices whose mapping time adds up to `ms`. */
-static void fragment_cycle(const struct api *a, void **cache, double ms) {
-    double gbps = sim_env_double(SIM_ENV_MALLOC_GBPS, SIM_DEFAULT_MALLOC_GBPS);
-    double per_ns = ms * 1e6 / ALLOC_CACHE - 20000;
-    size_t bytes = per_ns > 0 ? (size_t)(per_ns * gbps) : 512;
-    for (int i = 0; i < ALLOC_CACHE; i++) {
-        check(a->cudaFree(cache[i]), "cudaFree");
-        check(a->cudaMalloc(&cache[i], bytes), "cudaMalloc");
-    }
-}
-
 /* Everything a rank holds across steps. */
 struct rank {
     struct cfg c;
@@ -227,7 +216,16 @@ struct rank {
     void *cache[ALLOC_CACHE], *occasional, *batch;
 };
 
-static void setup(struct rank *r) {
+/* What one step does, worked out before it starts. */
+struct plan {
+    int step, n_fwd, n_bwd;
+    double kernel_us, host_per_kernel, slow;
+    uint64_t bucket_count;
+    int desync; /* a desync fault fires: desync_rank issues the first bucket */
+    double fired[MAX_FAULTS];
+};
+
+SIM_PHASE static void setup(struct rank *r) {
     const struct cfg *c = &r->c;
     const struct api *a = &r->a;
     check(a->cudaSetDevice(c->local_rank % 8), "cudaSetDevice");
@@ -249,64 +247,77 @@ static void setup(struct rank *r) {
     fflush(stdout);
 }
 
-/* Faults that strike right before the step's first collective. */
-static void before_collective(const struct cfg *c, const double *fired, int step) {
-    for (int i = 0; i < c->nfaults; i++) {
-        if (fault_fires(&c->faults[i], step)) fail_before_collective(&c->faults[i], step);
-        if (fired[i] <= 0) continue;
-        if (c->faults[i].kind == F_HOST_COMPUTE) sim_spin_until(sim_now_ns() + (int64_t)(fired[i] * 1e6));
-        if (c->faults[i].kind == F_CPU_CONTENTION) preempt_by_neighbor(fired[i]);
+/* The step's phases and fault injectors below are SIM_PHASE functions, so each is a frame of its own
+ * (named as in stacks: `cudaMalloc <- allocate_cache <- run_step <- main`); docs/sim.md lists them. */
+
+/* The data-loader wait (off-CPU), then any dataloader_stall fault. */
+SIM_PHASE static void fetch_batch(const struct cfg *c, const struct plan *p) {
+    wait_off_cpu(c->loader_us / 1000.0);
+    for (int i = 0; i < c->nfaults; i++)
+        if (p->fired[i] > 0 && c->faults[i].kind == F_DATALOADER_STALL) stall_dataloader(p->fired[i]);
+}
+
+/* alloc_stall: free and re-allocate the block cache in slices whose mapping time adds up to `ms`. */
+SIM_PHASE static void allocate_cache(const struct api *a, void **cache, double ms) {
+    double gbps = sim_env_double(SIM_ENV_MALLOC_GBPS, SIM_DEFAULT_MALLOC_GBPS);
+    double per_ns = ms * 1e6 / ALLOC_CACHE - 20000;
+    size_t bytes = per_ns > 0 ? (size_t)(per_ns * gbps) : 512;
+    for (int i = 0; i < ALLOC_CACHE; i++) {
+        check(a->cudaFree(cache[i]), "cudaFree");
+        check(a->cudaMalloc(&cache[i], bytes), "cudaMalloc");
     }
 }
 
-static void run_step(struct rank *r, int step) {
+/* The batch's H2D copy, the forward kernels and the loss sync (loss.item()); returns the sync's ns. */
+SIM_PHASE static int64_t forward(struct rank *r, const struct plan *p) {
+    static char host_batch[1];
+    const struct api *a = &r->a;
+    check(a->cudaMemcpyAsync(r->batch, host_batch, 4 << 20, cudaMemcpyHostToDevice, r->stream), "cudaMemcpyAsync");
+    for (int k = 0; k < p->n_fwd; k++) launch(a, kernel_fwd, p->kernel_us, p->host_per_kernel, r->stream);
+    int64_t fwd_sync = sim_realtime_ns();
+    check(a->cudaStreamSynchronize(r->stream), "cudaStreamSynchronize");
+    return sim_realtime_ns() - fwd_sync;
+}
+
+/* Faults that strike right before the step's first collective. */
+SIM_PHASE static void before_collective(const struct cfg *c, const struct plan *p) {
+    for (int i = 0; i < c->nfaults; i++) {
+        const struct fault *f = &c->faults[i];
+        if (fault_fires(f, p->step) && f->kind == F_HANG) hang_rank(f, p->step);
+        if (fault_fires(f, p->step) && f->kind == F_CRASH) crash_rank(f, p->step);
+        if (p->fired[i] <= 0) continue;
+        if (f->kind == F_HOST_COMPUTE) spin_host_compute(p->fired[i]);
+        if (f->kind == F_CPU_CONTENTION) contend_cpu(p->fired[i]);
+    }
+}
+
+/* desync: log it, then issue the step's first collective with twice the byte count. */
+SIM_PHASE static void desync_rank(struct rank *r, const struct plan *p) {
+    for (int i = 0; i < r->c.nfaults; i++)
+        if (r->c.faults[i].kind == F_DESYNC && fault_fires(&r->c.faults[i], p->step)) log_failure(&r->c.faults[i], p->step);
+    check(r->a.ncclAllReduce(r->batch, r->batch, p->bucket_count * 2, ncclBfloat16, ncclSum, r->world, r->stream),
+          "ncclAllReduce");
+}
+
+/* Backward kernels interleaved with the bucketed all-reduces, then one per split communicator;
+ * returns when the first all-reduce was called. */
+SIM_PHASE static int64_t backward(struct rank *r, const struct plan *p) {
     const struct cfg *c = &r->c;
     const struct api *a = &r->a;
-    static char host_batch[1];
-    int n_fwd = c->kernels / 3, n_bwd = c->kernels - n_fwd;
-    double kernel_us = c->compute_us / c->kernels, host_per_kernel = c->host_us / c->kernels;
-    uint64_t bucket_count = c->allreduce_bytes / (uint64_t)c->buckets / 2; /* bf16 elements */
-    double fired[MAX_FAULTS], slow = 1.0;
-    uint64_t desync = 1; /* the first bucket's count multiplier: 2 when a desync fault fires */
-    char causes[512] = "";
-    for (int i = 0; i < c->nfaults; i++) {
-        fired[i] = fault_ms_at(&c->faults[i], i, c->rank, step, c->seed);
-        if (fired[i] > 0)
-            snprintf(causes + strlen(causes), sizeof causes - strlen(causes), "%s%s:%.3f", *causes ? "," : "",
-                     fault_name(c->faults[i].kind), fired[i]);
-        if (c->faults[i].kind == F_DESYNC && fault_fires(&c->faults[i], step)) desync = 2;
-        if (fired[i] > 0 && c->faults[i].kind == F_SLOW_GPU) slow += fired[i] * 1000.0 / c->compute_us;
-    }
-    int64_t start = sim_realtime_ns();
-    check(a->cudaEventRecord(r->step_event, r->stream), "cudaEventRecord"); /* the GPU is idle: now */
-    wait_off_cpu(c->loader_us / 1000.0); /* fetch the batch */
-    for (int i = 0; i < c->nfaults; i++)
-        if (fired[i] > 0 && c->faults[i].kind == F_DATALOADER_STALL) wait_off_cpu(fired[i]);
-    int64_t loaded = sim_realtime_ns();
-    for (int i = 0; i < c->nfaults; i++)
-        if (fired[i] > 0 && c->faults[i].kind == F_ALLOC_STALL) fragment_cycle(a, r->cache, fired[i]);
-    if (c->malloc_every > 0 && step % c->malloc_every == 0) {
-        check(a->cudaFree(r->occasional), "cudaFree");
-        check(a->cudaMalloc(&r->occasional, 16 << 20), "cudaMalloc");
-    }
-    int64_t allocated = sim_realtime_ns();
-    a->__rankechosim_set_gpu_slowdown(slow);
-    check(a->cudaMemcpyAsync(r->batch, host_batch, 4 << 20, cudaMemcpyHostToDevice, r->stream), "cudaMemcpyAsync");
-    for (int k = 0; k < n_fwd; k++) launch(a, kernel_fwd, kernel_us, host_per_kernel, r->stream);
-    int64_t fwd_sync = sim_realtime_ns();
-    check(a->cudaStreamSynchronize(r->stream), "cudaStreamSynchronize"); /* loss.item() */
-    fwd_sync = sim_realtime_ns() - fwd_sync;
     int64_t enter = 0;
-    for (int k = 0, b = 0; k < n_bwd; k++) {
-        launch(a, kernel_bwd, kernel_us, host_per_kernel, r->stream);
-        for (; b < (k + 1) * c->buckets / n_bwd; b++) { /* bucket b's gradients are ready */
+    for (int k = 0, b = 0; k < p->n_bwd; k++) {
+        launch(a, kernel_bwd, p->kernel_us, p->host_per_kernel, r->stream);
+        for (; b < (k + 1) * c->buckets / p->n_bwd; b++) { /* bucket b's gradients are ready */
             if (b == 0) {
-                before_collective(c, fired, step);
+                before_collective(c, p);
                 enter = sim_realtime_ns();
                 check(a->cudaEventRecord(r->coll_event, r->stream), "cudaEventRecord");
+                if (p->desync) {
+                    desync_rank(r, p);
+                    continue;
+                }
             }
-            check(a->ncclAllReduce(r->batch, r->batch, bucket_count * (b == 0 ? desync : 1), ncclBfloat16, ncclSum,
-                                   r->world, r->stream),
+            check(a->ncclAllReduce(r->batch, r->batch, p->bucket_count, ncclBfloat16, ncclSum, r->world, r->stream),
                   "ncclAllReduce");
         }
     }
@@ -314,10 +325,56 @@ static void run_step(struct rank *r, int step) {
         check(a->ncclAllReduce(r->batch, r->batch, c->splits[i].bytes / 2, ncclBfloat16, ncclSum, r->subs[i],
                                r->stream),
               "ncclAllReduce");
+    return enter;
+}
+
+/* The optimizer kernel and the step's final stream sync; returns when that sync began. */
+SIM_PHASE static int64_t optimizer_step(struct rank *r) {
+    const struct api *a = &r->a;
     a->__rankechosim_set_gpu_slowdown(1.0);
     launch(a, kernel_opt, 1.0, 0, r->stream);
     int64_t sync_start = sim_realtime_ns();
     check(a->cudaStreamSynchronize(r->stream), "cudaStreamSynchronize");
+    return sync_start;
+}
+
+static void plan_step(const struct cfg *c, int step, struct plan *p, char *causes, size_t size) {
+    *p = (struct plan){.step = step, .n_fwd = c->kernels / 3, .slow = 1.0};
+    p->n_bwd = c->kernels - p->n_fwd;
+    p->kernel_us = c->compute_us / c->kernels;
+    p->host_per_kernel = c->host_us / c->kernels;
+    p->bucket_count = c->allreduce_bytes / (uint64_t)c->buckets / 2; /* bf16 elements */
+    for (int i = 0; i < c->nfaults; i++) {
+        p->fired[i] = fault_ms_at(&c->faults[i], i, c->rank, step, c->seed);
+        if (p->fired[i] > 0)
+            snprintf(causes + strlen(causes), size - strlen(causes), "%s%s:%.3f", *causes ? "," : "",
+                     fault_name(c->faults[i].kind), p->fired[i]);
+        if (c->faults[i].kind == F_DESYNC && fault_fires(&c->faults[i], step)) p->desync = 1;
+        if (p->fired[i] > 0 && c->faults[i].kind == F_SLOW_GPU) p->slow += p->fired[i] * 1000.0 / c->compute_us;
+    }
+}
+
+SIM_PHASE static void run_step(struct rank *r, int step) {
+    const struct cfg *c = &r->c;
+    const struct api *a = &r->a;
+    struct plan p;
+    char causes[512] = "";
+    plan_step(c, step, &p, causes, sizeof causes);
+    int64_t start = sim_realtime_ns();
+    check(a->cudaEventRecord(r->step_event, r->stream), "cudaEventRecord"); /* the GPU is idle: now */
+    fetch_batch(c, &p);
+    int64_t loaded = sim_realtime_ns();
+    for (int i = 0; i < c->nfaults; i++)
+        if (p.fired[i] > 0 && c->faults[i].kind == F_ALLOC_STALL) allocate_cache(a, r->cache, p.fired[i]);
+    if (c->malloc_every > 0 && step % c->malloc_every == 0) {
+        check(a->cudaFree(r->occasional), "cudaFree");
+        check(a->cudaMalloc(&r->occasional, 16 << 20), "cudaMalloc");
+    }
+    int64_t allocated = sim_realtime_ns();
+    a->__rankechosim_set_gpu_slowdown(p.slow); /* slow_gpu: the forward's loss sync waits longer */
+    int64_t fwd_sync = forward(r, &p);
+    int64_t enter = backward(r, &p);
+    int64_t sync_start = optimizer_step(r);
     int64_t end = sim_realtime_ns();
     float gpu_ms = 0;
     check(a->cudaEventElapsedTime(&gpu_ms, r->step_event, r->coll_event), "cudaEventElapsedTime");

@@ -7,6 +7,11 @@
 
 #include "nccl.h"
 
+/* A step phase or fault injector: never inlined, cloned or merged, so it is a frame of its own with
+ * exactly this name in a frame-pointer stack walk (the rank is also built -fno-optimize-sibling-calls,
+ * so no call in it becomes a jump that drops its caller's frame). */
+#define SIM_PHASE __attribute__((noinline, noipa))
+
 /* Every library function the rank calls. Linked builds bind them at load time (DT_NEEDED);
  * the dlopen build resolves them with dlsym after a delay, like a framework importing CUDA late. */
 #define SIMRANK_API(X)                                                                                   \
@@ -92,9 +97,14 @@ const char *fault_name(enum fault_kind k);
 int fault_parse(const char *spec, struct fault *out); /* "kind:ms:every:start_step:jitter_ms" */
 double fault_ms_at(const struct fault *f, int index, int rank, int step, unsigned seed);
 int fault_fires(const struct fault *f, int step); /* a failure kind: 1 at its one step */
-void fail_before_collective(const struct fault *f, int step); /* hang or crash, logged first */
+void log_failure(const struct fault *f, int step); /* the `fault KIND STEP VALUE` line */
 void wait_off_cpu(double ms);
-void preempt_by_neighbor(double ms); /* needs neighbor_start() first */
+/* The fault injectors, each its own frame in a stack walk (SIM_PHASE): */
+void stall_dataloader(double ms);
+void spin_host_compute(double ms);
+void contend_cpu(double ms); /* needs neighbor_start() first */
+void hang_rank(const struct fault *f, int step);
+void crash_rank(const struct fault *f, int step) __attribute__((noreturn));
 int neighbor_start(void);
 void neighbor_stop(void);
 

@@ -69,19 +69,35 @@ int fault_fires(const struct fault *f, int step) {
     return (f->kind == F_HANG || f->kind == F_CRASH || f->kind == F_DESYNC) && step == f->start_step;
 }
 
-void fail_before_collective(const struct fault *f, int step) {
+void log_failure(const struct fault *f, int step) {
     printf("fault %s %d %g\n", fault_name(f->kind), step, f->ms);
     fflush(stdout);
-    if (f->kind == F_CRASH) _exit((int)f->ms); /* no atexit handlers, no goodbye to the hub: a crash */
-    if (f->kind != F_HANG) return;
+}
+
+/* hang: log, then stop before the collective, asleep in ppoll(), for `ms` (0: for good, like a
+ * deadlocked loader; the launcher kills it). */
+SIM_PHASE void hang_rank(const struct fault *f, int step) {
+    log_failure(f, step);
     if (f->ms > 0) {
         wait_off_cpu(f->ms);
         return;
     }
-    for (;;) wait_off_cpu(1000.0); /* for good: like a deadlocked loader; the launcher kills it */
+    for (;;) wait_off_cpu(1000.0);
 }
 
-void wait_off_cpu(double ms) {
+/* crash: log, then _exit() with status `ms`: no atexit handlers, no goodbye to the hub. */
+SIM_PHASE void crash_rank(const struct fault *f, int step) {
+    log_failure(f, step);
+    _exit((int)f->ms);
+}
+
+/* dataloader_stall: the loader's queue stays empty for `ms` (off-CPU, sleeping). */
+SIM_PHASE void stall_dataloader(double ms) { wait_off_cpu(ms); }
+
+/* host_compute: `ms` of busy host work (on-CPU, running). */
+SIM_PHASE void spin_host_compute(double ms) { sim_spin_until(sim_now_ns() + (int64_t)(ms * 1e6)); }
+
+SIM_PHASE void wait_off_cpu(double ms) {
     static int fds[2] = {-1, -1};
     if (fds[0] < 0 && pipe(fds) != 0) {
         sim_sleep_until(sim_now_ns() + (int64_t)(ms * 1e6));
@@ -152,7 +168,8 @@ void neighbor_stop(void) {
     g_pid = -1;
 }
 
-void preempt_by_neighbor(double ms) {
+/* cpu_contention: the neighbor takes this CPU for `ms` while the rank stays runnable. */
+SIM_PHASE void contend_cpu(double ms) {
     if (g_pid <= 0) return;
     cpu_set_t old, one;
     sched_getaffinity(0, sizeof old, &old);
