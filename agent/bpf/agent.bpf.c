@@ -10,8 +10,8 @@
  * a stack-map id is a hash bucket a later stack can take over, so it cannot name a stack off the node.
  * They are taken where they explain lateness, never per kernel launch (~1 us + 70 ns per frame):
  * at every collective's entry, at the entry of the CUDA calls that can be long (shipped only when the
- * call was), at every switch-out of a target thread (shipped only when it stayed off long), and by
- * the low-rate on-CPU sampler.
+ * call was), at every switch-out of a thread that calls collectives (shipped only when it stayed off
+ * long), and by the low-rate on-CPU sampler.
  *
  * Kernel struct fields are never read here: the agent may run with headers older than the kernel,
  * where field offsets are silently wrong. Helpers, pt_regs and tracepoint arguments only.
@@ -70,6 +70,9 @@ BPF_PERCPU_ARRAY(drops, u64, 1);
 BPF_PERCPU_ARRAY(stack_scratch, struct rk_stack_event, 1); /* too big for the 512-byte BPF stack */
 BPF_TABLE("lru_hash", struct call_key, struct rk_stack_event, call_stacks, STACK_SLOTS);
 BPF_TABLE("lru_hash", u32, struct rk_stack_event, off_stacks, STACK_SLOTS); /* tid -> at switch-out */
+/* Threads that entered a collective: only theirs are worth a stack at every switch-out (the pre-call
+ * window explains the calling thread; NCCL's and the runtime's helper threads switch far more often). */
+BPF_TABLE("lru_hash", u32, u8, stack_threads, MAX_THREADS);
 #endif
 
 #define ARG1 PT_REGS_PARM1(ctx)
@@ -179,6 +182,10 @@ static __always_inline int begin_call(struct pt_regs *ctx, u16 fn, u64 a0, u64 a
     in_flight.update(&e.tid, &fn);
 #ifdef STACKS
     if (stack_policy(fn)) {
+        if (stack_policy(fn) == 2) {
+            u8 one = 1;
+            stack_threads.update(&e.tid, &one);
+        }
         struct rk_stack_event *s = take_stack(ctx, PT_REGS_SP(ctx), e.ts, fn, STACK_CALL);
         if (s)
             call_stacks.update(&k, s);
@@ -310,9 +317,11 @@ TRACEPOINT_PROBE(sched, sched_switch)
             offstart.update(&prev, &o);
 #ifdef STACKS
             /* current is still prev here: its user stack is where it blocked or was preempted. */
-            struct rk_stack_event *s = take_stack(args, 0, now, o.call, STACK_OFFCPU);
-            if (s)
-                off_stacks.update(&prev, s);
+            if (stack_threads.lookup(&prev)) {
+                struct rk_stack_event *s = take_stack(args, 0, now, o.call, STACK_OFFCPU);
+                if (s)
+                    off_stacks.update(&prev, s);
+            }
 #endif
         }
     }
@@ -377,6 +386,7 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     in_flight.delete(&tid);
 #ifdef STACKS
     off_stacks.delete(&tid);
+    stack_threads.delete(&tid);
 #endif
     if (!args->group_dead || !targets.lookup(&tgid))
         return 0;
