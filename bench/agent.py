@@ -169,6 +169,7 @@ def run(argv: list[str]) -> dict[str, Any]:
             pairs = {
                 "plain": (traced.lib_dir("node-a") / cudart, plain.lib_dir("node-a") / cudart),
                 "endbr": (traced.lib_dir("node-b") / cudart, plain.lib_dir("node-b") / cudart),
+                "nostacks": (nostacks.lib_dir("node-a") / cudart, plain.lib_dir("node-a") / cudart),
             }
             probes = probe_cost(tmp, pairs, args.calls, args.rounds * 2)
             stop_all(agents + other_agents)
@@ -201,4 +202,6 @@ def run(argv: list[str]) -> dict[str, Any]:
         print(f"probe cost, {what}: cudaStreamSynchronize +{probes[f'{build}_sync_ns_added']:.0f} ns/call "
               f"(entry+return, one record), cudaLaunchKernel +{probes[f'{build}_launch_ns_added']:.0f} "
               "ns/call (in-kernel count)")
+    print(f"probe cost, plain prologue, agent with --no-stacks: cudaStreamSynchronize "
+          f"+{probes['nostacks_sync_ns_added']:.0f} ns/call (the difference is the entry stack a sync takes)")
     return result
