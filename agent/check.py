@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import struct
 import sys
 from dataclasses import dataclass
 
@@ -146,6 +147,45 @@ def check_prologues(proc_root: str = "/proc", nccl: tuple[str, ...] = (),
     return Check(name, not slow, detail, STEP_FIX, required=False)
 
 
+def traced_binaries(proc_root: str = "/proc", nccl: tuple[str, ...] = (), cuda: tuple[str, ...] = ()
+                    ) -> list[str]:  # fmt: skip
+    """The NCCL/CUDA runtime files given or found, and the executables of the processes that map them."""
+    files = [*nccl, *cuda]
+    libs, procs = discovery.scan(proc_root)
+    if not files:
+        files = [lib.path for lib in libs.values()]
+    for pid in sorted(procs):
+        try:
+            files.append(os.path.realpath(os.path.join(proc_root, str(pid), "exe")))
+        except OSError:
+            continue
+    return list(dict.fromkeys(f for f in files if os.path.isfile(f)))
+
+
+def check_frame_pointers(proc_root: str = "/proc", nccl: tuple[str, ...] = (),
+                         cuda: tuple[str, ...] = ()) -> Check:  # fmt: skip
+    """Which traced binaries lack frame pointers (their stacks stop there, marked truncated)."""
+    from rankecho.agent.framepointers import FIX, push_rbp_share
+
+    name = "frame pointers"
+    files = traced_binaries(proc_root, nccl, cuda)
+    if not files:
+        return Check(name, True, "no traced binary found to check", required=False)
+    without = []
+    for path in files:
+        try:
+            share = push_rbp_share(path)
+        except (OSError, ValueError, struct.error):
+            continue
+        if share.has_frame_pointers is False:
+            without.append(f"{path} ({share.share:.0%} of {share.functions} functions begin with push %rbp)")
+    detail = f"{len(files) - len(without)} of {len(files)} traced binaries keep frame pointers"
+    if without:
+        detail += f"; without: {'; '.join(without[:4])}{'; ...' if len(without) > 4 else ''}"
+    return Check(name, not without, detail, f"call stacks stop at such a binary (reported truncated): {FIX}",
+                 required=False)
+
+
 def check_nvml() -> Check:
     try:
         import pynvml
@@ -170,6 +210,7 @@ def run_checks(nccl: tuple[str, ...] = (), cuda: tuple[str, ...] = (), proc_root
         check_headers(modules_root),
         check_targets(proc_root, nccl, cuda),
         check_prologues(proc_root, nccl, cuda),
+        check_frame_pointers(proc_root, nccl, cuda),
         check_nvml(),
     ]
 

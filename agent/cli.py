@@ -45,6 +45,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="send every Nth step's health score, and any that moved by 0.2")
     p.add_argument("--gpu-interval", type=float, default=Settings.gpu_interval_s, metavar="S",
                    help="seconds between GPU gauge points (NVML is read every second either way)")
+    p.add_argument("--no-stacks", action="store_true", help="capture no call stacks (on by default: at "
+                   "collective entry, long CUDA calls and long off-CPU intervals)")
+    p.add_argument("--sample-hz", type=int, default=Settings.sample_hz, metavar="HZ",
+                   help="on-CPU stack samples per second of each traced thread's CPU (0 = off)")
     p.add_argument("--clock-offset-ns", type=int, default=0,
                    help="TESTING ONLY: add this to every timestamp, to simulate a skewed node clock")
     p.add_argument("--ready-file", default=None, help="created once probes are attached")

@@ -4,7 +4,7 @@ The traced functions (``FN``) and their groups come from the table in :mod:`rank
 
 Kept free of bcc so the tracker and its tests run anywhere. Usage::
 
-    record = decode(raw_bytes)   # CallRecord | InitRecord | OffCpuRecord | ExitRecord
+    record = decode(raw_bytes)   # CallRecord | InitRecord | OffCpuRecord | ExitRecord | StackRecord
 """
 
 from __future__ import annotations
@@ -21,6 +21,15 @@ class KIND(IntEnum):
     COMM_INIT = 2
     OFFCPU = 3
     EXIT = 4
+    STACK = 5
+
+
+class STACK_SOURCE(IntEnum):
+    """Where a stack record was taken (``enum rk_stack_source``)."""
+
+    CALL = 1
+    OFFCPU = 2
+    SAMPLE = 3
 
 
 SYMBOLS: dict[FN, str] = {f: f.symbol for f in FN}
@@ -32,6 +41,9 @@ HEADER = struct.Struct("<QQQQQQIIHHIQ")
 """struct rk_event: ts, ts2, a0, a1, a2, a3, pid, tid, kind, fn, extra, launches (72 bytes)."""
 PAYLOAD_SIZE = 128
 INIT_SIZE = HEADER.size + PAYLOAD_SIZE
+STACK_DEPTH = 64
+"""RK_STACK_DEPTH: the deepest user stack a record holds."""
+STACK_SIZE = HEADER.size + 8 * STACK_DEPTH
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +94,23 @@ class ExitRecord:
     """The status the process gave exit_group; None when it died another way (a signal)."""
 
 
-Record = CallRecord | InitRecord | OffCpuRecord | ExitRecord
+@dataclass(frozen=True, slots=True)
+class StackRecord:
+    """A thread's user stack (raw instruction pointers, innermost first). It precedes the record it
+    belongs to: the call (``ts`` = its entry) or off-CPU interval (``ts`` = switch-out) of the same tid;
+    a sample stands alone."""
+
+    pid: int
+    tid: int
+    ts: int
+    source: STACK_SOURCE
+    call: FN
+    ips: tuple[int, ...]
+    ret: int = 0
+    """The return address at SP when taken at a function's entry, else 0."""
+
+
+Record = CallRecord | InitRecord | OffCpuRecord | ExitRecord | StackRecord
 
 
 def _fn(value: int) -> FN:
@@ -110,6 +138,12 @@ def decode(raw: bytes) -> Record:
         return OffCpuRecord(pid, tid, ts, ts2, a0, bool(extra), _fn(fn), a1)
     if kind == KIND.EXIT:
         return ExitRecord(pid, ts, a1 if a0 else None)
+    if kind == KIND.STACK:
+        if len(raw) < STACK_SIZE:
+            raise ValueError(f"stack record of {len(raw)} bytes, expected {STACK_SIZE}")
+        n = min(a0, STACK_DEPTH)
+        ips = struct.unpack_from(f"<{n}Q", raw, HEADER.size)
+        return StackRecord(pid, tid, ts, STACK_SOURCE(extra), _fn(fn), ips, a1)
     raise ValueError(f"unknown record kind {kind}")
 
 

@@ -54,9 +54,14 @@ class ProbeConfig:
     max_threads: int = 8192
     ringbuf_pages: int = 256
     filter_pids: bool = False
+    stacks: bool = True
+    """Capture user stacks (agent/bpf/agent.bpf.c says where); off: no stack maps, no stack records."""
+    stack_call_min_ns: int = 1_000_000
+    """A CUDA call (malloc, free, memcpy, sync) at least this long ships the stack taken at its entry."""
 
 
-GENERATED = {"/* @TRACED_ENUM@ */\n": traced.c_enum, "/* @TRACED_PROBES@ */\n": traced.c_probes}
+GENERATED = {"/* @TRACED_ENUM@ */\n": traced.c_enum, "/* @TRACED_PROBES@ */\n": traced.c_probes,
+             "/* @STACK_POLICY@ */\n": traced.c_stack_policy}
 
 
 def program_text() -> str:
@@ -79,6 +84,8 @@ def cflags(cfg: ProbeConfig) -> list[str]:
     ]
     if cfg.filter_pids:
         flags.append("-DFILTER_PIDS")
+    if cfg.stacks:
+        flags += ["-DSTACKS", f"-DSTACK_CALL_MIN_NS={int(cfg.stack_call_min_ns)}ULL"]
     return flags
 
 
@@ -170,6 +177,16 @@ def attach_library(bpf: Any, path: str, lib: str) -> list[Site]:
             f"pass the real library with --{lib}-lib"
         )
     return sites
+
+
+def attach_sampler(bpf: Any, hz: int) -> None:
+    """Start the on-CPU sampler: a cpu-clock perf event at ``hz`` on every CPU running ``on_cpu_sample``,
+    which keeps only samples of target processes (the hardware cycles event is missing on VMs)."""
+    from bcc import PerfSWConfig, PerfType
+
+    if hz > 0:
+        bpf.attach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK,
+                              fn_name=b"on_cpu_sample", sample_freq=int(hz), pid=-1, cpu=-1)
 
 
 def detach_all(bpf: Any, workers: int = 64) -> int:

@@ -27,6 +27,8 @@ from rankecho.agent.journal import JOURNAL_NAME, CommJournal
 from rankecho.agent.nvml import Nvml, gpu_for, open_nvml
 from rankecho.agent.settings import Settings
 from rankecho.agent.spool import Spool
+from rankecho.agent.stacks import StackKeeper
+from rankecho.agent.symbols import SymbolClient
 from rankecho.agent.tracker import ProcKey, Tracker
 from rankecho.shared import contract as c
 from rankecho.shared.otlp import AttrValue, Point
@@ -56,6 +58,8 @@ class Agent:
             ExportConfig(s.endpoint, s.token, s.tls, s.ca_file, s.cert_file, s.key_file), self.spool
         )
         self.nvml: Nvml | None = open_nvml()
+        self.symbols: SymbolClient | None = SymbolClient() if s.stacks else None
+        stacks = StackKeeper(self.symbols.resolve, self.symbols.forget) if self.symbols is not None else None
         self._gpu_slowed: dict[int, bool] = {}
         self._gpu_points_due = 0.0
         """When the next GPU gauge points go out (monotonic s); NVML is read every window regardless."""
@@ -72,6 +76,7 @@ class Agent:
                                 alive=lambda pid: os.path.exists(f"{s.proc_root}/{pid}")),
             raw_interval_ns=s.raw_interval_ns,
             health_every=s.health_every,
+            stacks=stacks,
         )
         # The environment's attributes go on every resource, except those naming the agent's own pod:
         # they go only on the agent's own points (a traced process carries its own pod, if any).
@@ -167,6 +172,8 @@ class Agent:
                                                  f"the library the job loads, or drop --{kind}-lib") from err
         for pid in s.pids:
             self.bpf["targets"][ct.c_uint32(pid)] = ct.c_uint8(1)
+        if s.stacks and s.sample_hz > 0:
+            probes.attach_sampler(self.bpf, s.sample_hz)
         self.rescan()
         release_compiler_memory(self.bpf)
         if s.ready_file:
@@ -295,6 +302,8 @@ class Agent:
         self.spool.close()
         if self.nvml is not None:
             self.nvml.close()
+        if self.symbols is not None:
+            self.symbols.close()
         if self.bpf is not None:
             t0 = time.monotonic()
             n = probes.detach_all(self.bpf)
@@ -312,6 +321,8 @@ class Agent:
         self.spool.close()
         if self.nvml is not None:
             self.nvml.close()
+        if self.symbols is not None:
+            self.symbols.close()
         if self.bpf is not None:
             probes.detach_all(self.bpf)
             self.bpf.cleanup()

@@ -52,12 +52,19 @@ class Settings:
     proc_root: str = "/proc"
     shutdown_deadline_s: float = 10.0
     """At shutdown, how long the exporter keeps retrying Echo before leaving the rest in the spool."""
+    stacks: bool = True
+    """Capture user stacks (collective entry, long CUDA calls, long off-CPU intervals); ``--no-stacks``."""
+    sample_hz: int = 49
+    """On-CPU sampler rate per CPU for target threads (``rankecho.pre.oncpu_stack``); 0 = off."""
     resource: tuple[tuple[str, str], ...] = ()
     """The agent's own resource attributes (environment merged, cluster and node id included)."""
 
     @property
     def probe_config(self) -> ProbeConfig:
-        return ProbeConfig(offcpu_min_ns=self.offcpu_min_ns, filter_pids=bool(self.pids))
+        # A CUDA call ships its entry stack from the off-CPU threshold up: each class then has stacks for
+        # the same intervals, whether the time went in a call or off the CPU.
+        return ProbeConfig(offcpu_min_ns=self.offcpu_min_ns, filter_pids=bool(self.pids), stacks=self.stacks,
+                           stack_call_min_ns=self.offcpu_min_ns)
 
 
 def _token(args: argparse.Namespace, env: Mapping[str, str]) -> str:
@@ -105,6 +112,8 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) ->
         gpu_interval_s=args.gpu_interval,
         proc_root=args.proc_root,
         shutdown_deadline_s=args.shutdown_grace,
+        stacks=not args.no_stacks,
+        sample_hz=max(0, int(args.sample_hz)) if not args.no_stacks else 0,
     )
 
 

@@ -100,6 +100,28 @@ def c_enum() -> str:
     return "enum rk_fn {\n" + "\n".join(lines) + "\n};\n"
 
 
+STACK_ALWAYS = ("collective", "p2p")
+"""Groups whose every call ships the stack taken at its entry (where a late rank entered from)."""
+STACK_IF_LONG: frozenset[FN] = frozenset({FN.MALLOC, FN.FREE, FN.MEMCPY, FN.MEMCPY_ASYNC})
+"""Besides the syncs: calls that can be long, whose entry stack ships only when they were."""
+
+
+def stack_policy(fn: FN) -> int:
+    """2: the entry stack always ships; 1: only when the call was long; 0: no stack (never per launch)."""
+    if fn.group in STACK_ALWAYS:
+        return 2
+    if fn.group == "sync" or fn in STACK_IF_LONG:
+        return 1
+    return 0
+
+
+def c_stack_policy() -> str:
+    """``stack_policy(fn)`` for the BPF program (:func:`stack_policy` as a switch)."""
+    cases = [f"    case FN_{f.name}: return {stack_policy(f)};" for f in TRACED if stack_policy(f)]
+    return ("static __always_inline int stack_policy(u16 fn)\n{\n    switch (fn) {\n" + "\n".join(cases)
+            + "\n    }\n    return 0;\n}\n")
+
+
 def c_probes() -> str:
     """One ``CALL(symbol, FN_X, a0, a1, a2, a3)`` or ``INIT(...)`` line per recorded function."""
     lines = []

@@ -21,6 +21,7 @@ from rankecho.agent.events import (
     COLLECTIVES,
     FN,
     P2P,
+    STACK_SOURCE,
     SYMBOLS,
     SYNCS,
     CallRecord,
@@ -28,6 +29,7 @@ from rankecho.agent.events import (
     InitRecord,
     OffCpuRecord,
     Record,
+    StackRecord,
     unpack_collective,
 )
 from rankecho.agent.identity import (
@@ -40,6 +42,7 @@ from rankecho.agent.identity import (
 from rankecho.agent.jobid import JobIds
 from rankecho.agent.journal import CommJournal
 from rankecho.agent.procstate import Comm, Pending, Proc, ProcKey
+from rankecho.agent.stacks import StackKeeper
 from rankecho.agent.window import DEFAULT_WINDOW_NS, WindowKeeper
 from rankecho.shared import contract as c
 from rankecho.shared.otlp import AttrValue, Point
@@ -78,6 +81,7 @@ class Tracker:
         journal: CommJournal | None = None,
         raw_interval_ns: int = 0,
         health_every: int = 1,
+        stacks: StackKeeper | None = None,
     ) -> None:
         """``raw_interval_ns``: which raw intervals go out besides each collective's pre-call breakdown
         (:mod:`rankecho.agent.window`; 0 = all of them). ``health_every``: send every Nth step's health
@@ -105,6 +109,10 @@ class Tracker:
         self._retired: list[ProcKey] = []
         self.jobs = JobIds(node_id)
         """Job id of every traced process (rendezvous generations are per agent)."""
+        self.stacks = stacks
+        """Symbolises stack records and remembers which stacks went out (None: stack records ignored)."""
+        self._stack_of: dict[int, tuple[int, str]] = {}
+        """tid -> (ts, stack id) of the stack record preceding that thread's next call or off-CPU record."""
 
     # --- processes ------------------------------------------------------------------------------
     def track(self, info: ProcessInfo) -> Proc:
@@ -159,6 +167,8 @@ class Tracker:
             self._init(rec)
         elif isinstance(rec, OffCpuRecord):
             self._offcpu(rec)
+        elif isinstance(rec, StackRecord):
+            self._stack(rec)
         elif isinstance(rec, ExitRecord):
             proc = self.procs.get(rec.pid)
             if proc is not None:
@@ -185,6 +195,29 @@ class Tracker:
                     attrs[c.THREAD_NAME] = name
         attrs[c.EVENT_ID] = short_hash(self.node_id, key, metric, tid, ts, attrs.get(c.CAUSAL_CHAIN_ID, ""))
         self._sink(key, Point(metric, self.clock.to_unix(ts), value, attrs))
+
+    def _stack(self, rec: StackRecord) -> None:
+        """Name a captured stack, ship it the first time this agent sees it, and hold its id for the record
+        it precedes (or put a sample in its thread's window)."""
+        if self.stacks is None:
+            return
+        proc = self._proc(rec.pid)
+        info = self.stacks.stack(rec, proc.info.start_ticks)
+        if info.new:
+            attrs: dict[str, AttrValue] = {c.STACK_ID: info.id, c.STACK_FRAMES: "\n".join(info.frames),
+                                           c.STACK_TRUNCATED: info.truncated}
+            self._emit(proc, c.M_STACK, rec.ts, len(info.frames), attrs)
+        if rec.source == STACK_SOURCE.SAMPLE:
+            self.windows.sample(rec.pid, rec.tid, rec.ts, info.id)
+            return
+        if len(self._stack_of) >= 4096:
+            self._stack_of.clear()
+        self._stack_of[rec.tid] = (rec.ts, info.id)
+
+    def _stack_for(self, tid: int, ts: int) -> str | None:
+        """The id of the stack taken at ``ts`` by ``tid`` (its record came just before this one)."""
+        held = self._stack_of.pop(tid, None)
+        return held[1] if held is not None and held[0] == ts else None
 
     def _comm(self, proc: Proc, handle: int) -> Comm:
         comm = proc.comms.get(handle)
@@ -303,11 +336,14 @@ class Tracker:
                   attrs: dict[str, AttrValue], tid: int) -> None:
         """A CUDA call's interval: into the thread's window ring; out as a raw point if it is evidence."""
         chain = proc.step_chain()
+        stack = self._stack_for(tid, start)
+        if stack is not None:
+            attrs[c.STACK_ID] = stack
 
         def ship() -> None:
             self._emit(proc, metric, start, (end - start) / 1e6, attrs, tid, chain=chain)
 
-        self.windows.call(proc.info.pid, tid, kind, start, end, ship)
+        self.windows.call(proc.info.pid, tid, kind, start, end, ship, stack)
 
     def _collective(self, proc: Proc, rec: CallRecord) -> None:
         comm = self._comm(proc, rec.a0)
@@ -317,6 +353,9 @@ class Tracker:
             c.DATATYPE: DATATYPES[dtype] if dtype < len(DATATYPES) else str(dtype), c.STREAM: rec.a1,
             c.ENTER_NS: self.clock.to_unix(rec.ts), c.RETURN_NS: self.clock.to_unix(rec.ts2),
         }
+        stack = self._stack_for(rec.tid, rec.ts)
+        if stack is not None:
+            attrs[c.STACK_ID] = stack
         attrs.update(self._pre_window(proc, comm, rec))
         if dtype < len(DATATYPE_BYTES):
             attrs[c.BYTES] = rec.a2 * DATATYPE_BYTES[dtype]
@@ -349,7 +388,7 @@ class Tracker:
             comm.seq += 1
         proc.pending.append(Pending(rec, chain, attrs, primary, comm))
 
-    def _pre_window(self, proc: Proc, comm: Comm, rec: CallRecord) -> dict[str, float]:
+    def _pre_window(self, proc: Proc, comm: Comm, rec: CallRecord) -> dict[str, float | int | str]:
         """The call's pre-call window broken down by cause class, as Echo's analysis would from raw
         intervals: from the previous call on this communicator (its completion when a sync had waited
         for it before this call, else its return) to this call's enter."""
@@ -424,6 +463,9 @@ class Tracker:
         if rec.preempted_by:  # preempted: who took the CPU; woken: who it waited behind in the run queue
             by = attrs[c.PREEMPTED_BY] = self._preemptor(rec.preempted_by)
         chain = proc.step_chain()
+        stack = self._stack_for(rec.tid, rec.ts_out)
+        if stack is not None:
+            attrs[c.STACK_ID] = stack
 
         def ship() -> None:
             ms = (rec.ts_in - rec.ts_out) / 1e6
@@ -431,7 +473,7 @@ class Tracker:
 
         runq = rec.ts_in - rec.ts_wake if rec.ts_wake else 0
         self.windows.offcpu(proc.info.pid, rec.tid, rec.ts_out, rec.ts_in, rec.sleeping, by,
-                            str(attrs[c.CALL_IN_FLIGHT]), runq, ship)
+                            str(attrs[c.CALL_IN_FLIGHT]), runq, ship, stack)
 
     def _preemptor(self, tid: int) -> str:
         """'job' when the thread that took the CPU belongs to a traced process that uses a communicator
@@ -494,6 +536,8 @@ class Tracker:
             self._complete(proc, p, None)
         proc.pending.clear()
         self.windows.forget(proc.info.pid)
+        if self.stacks is not None:
+            self.stacks.forget(proc.info.pid)
         if self.procs.get(proc.info.pid) is proc:
             del self.procs[proc.info.pid]
         self.jobs.exited(proc.key, time.time_ns())

@@ -10,6 +10,11 @@ evidence a person or the timeline wants to see: one far longer than the thread's
 (:meth:`ThreadWindow.is_outlier`), and every interval of a window far longer than the thread's usual
 window (a late rank's stall).
 
+Intervals carry the id of the stack they were taken with (a long CUDA call's entry stack, an off-CPU
+interval's switch-out stack); the breakdown names, per class, the stack that carried most of that
+class's time (``rankecho.pre.<class>_stack``), and the stack the on-CPU sampler saw most in the window
+(``rankecho.pre.oncpu_stack``: what the host-compute share was running).
+
 The classes follow the same rules as Echo's staging of raw intervals
 (echo/queries/staging/staging.sql, ``stage_host_activity``), so a window summarised here and the same
 window computed by Echo from raw intervals agree (tests/test_agent_window.py checks both on one set).
@@ -43,6 +48,8 @@ OUTLIER_FACTOR = 2.0
 """An interval or window this many times the thread's usual (and at least the raw threshold) is evidence."""
 MIN_HISTORY = 8
 """Below this many earlier samples nothing is usual yet: every interval above the threshold is evidence."""
+SAMPLES_KEPT = 512
+"""On-CPU samples kept per thread (10 s at 49 Hz)."""
 
 Ship = Callable[[], None]
 
@@ -59,6 +66,8 @@ class Interval:
     """+1: a sync; -1: a run-queue wait that ended a sync; 0: neither (the GPU rule's presync)."""
     ship: Ship | None
     """Sends the raw point (None once sent, or for the run-queue half of a split interval)."""
+    stack: str | None = None
+    """Id of the stack the interval was taken with, if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,15 +79,23 @@ class Breakdown:
     spent_ns: dict[str, int]
     presync_ns: int | None
     """Only for a window that began at the previous call's completion (the GPU rule's window)."""
+    stacks: dict[str, str] = field(default_factory=dict)
+    """Class -> id of the stack that carried most of its time (classes with a stack only)."""
+    oncpu: tuple[str, int] | None = None
+    """(most-sampled stack id, samples in the window) from the on-CPU sampler, if any fell in it."""
 
-    def attributes(self) -> dict[str, float]:
+    def attributes(self) -> dict[str, float | int | str]:
         """The ``rankecho.pre.*`` attributes of the collective point (classes with no time left out)."""
-        attrs = {c.PRE_WINDOW_MS: (self.end_ns - self.start_ns) / 1e6}
+        attrs: dict[str, float | int | str] = {c.PRE_WINDOW_MS: (self.end_ns - self.start_ns) / 1e6}
         for name, ns in self.spent_ns.items():
             if ns > 0:
                 attrs[f"{c.PRE_PREFIX}{name}_ms"] = ns / 1e6
+                if name in self.stacks:
+                    attrs[f"{c.PRE_PREFIX}{name}{c.PRE_STACK_SUFFIX}"] = self.stacks[name]
         if self.presync_ns is not None:
             attrs[c.PRE_PRESYNC_MS] = self.presync_ns / 1e6
+        if self.oncpu is not None:
+            attrs[c.PRE_ONCPU_STACK], attrs[c.PRE_ONCPU_SAMPLES] = self.oncpu
         return attrs
 
 
@@ -113,6 +130,8 @@ class ThreadWindow:
     calls_collectives: bool = False
     """Set at its first collective: only such a thread's intervals are evidence (the analysis explains a
     rank by its calling thread; NCCL's helper threads sleep and wake all the time)."""
+    samples: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=SAMPLES_KEPT))
+    """(time, stack id) of the thread's recent on-CPU samples."""
 
     def add(self, interval: Interval) -> None:
         self.intervals.append(interval)
@@ -133,6 +152,7 @@ class ThreadWindow:
         spent = dict.fromkeys(c.PRE_CLASSES, 0)
         presync = 0
         inside: list[Interval] = []
+        by_stack: dict[tuple[str, str], int] = {}
         for iv in self.intervals:
             overlap = min(iv.end_ns, end_ns) - max(iv.start_ns, start_ns)
             if overlap <= 0:
@@ -140,6 +160,9 @@ class ThreadWindow:
             inside.append(iv)
             if iv.category is not None:
                 spent[iv.category] += overlap
+                if iv.stack is not None:
+                    key = (iv.category, iv.stack)
+                    by_stack[key] = by_stack.get(key, 0) + overlap
             presync += iv.presync_sign * overlap
         length = end_ns - start_ns
         history = self.windows.setdefault(from_completion, deque(maxlen=HISTORY))
@@ -151,7 +174,27 @@ class ThreadWindow:
                 if iv.ship is not None:
                     iv.ship()
                     iv.ship = None
-        return Breakdown(start_ns, end_ns, spent, presync if from_completion else None)
+        return Breakdown(start_ns, end_ns, spent, presync if from_completion else None, _top_stacks(by_stack),
+                         self._oncpu(start_ns, end_ns))
+
+    def _oncpu(self, start_ns: int, end_ns: int) -> tuple[str, int] | None:
+        counts: dict[str, int] = {}
+        for ts, stack in self.samples:
+            if start_ns <= ts < end_ns:
+                counts[stack] = counts.get(stack, 0) + 1
+        if not counts:
+            return None
+        top = max(counts, key=lambda s: (counts[s], s))
+        return top, sum(counts.values())
+
+
+def _top_stacks(by_stack: dict[tuple[str, str], int]) -> dict[str, str]:
+    """Class -> the stack with most time in it (ties broken by id, so the choice is stable)."""
+    best: dict[str, tuple[int, str]] = {}
+    for (category, stack), ns in by_stack.items():
+        if (ns, stack) > best.get(category, (-1, "")):
+            best[category] = (ns, stack)
+    return {category: stack for category, (_, stack) in best.items()}
 
 
 class WindowKeeper:
@@ -174,34 +217,40 @@ class WindowKeeper:
         for key in [k for k in self._threads if k[0] == pid]:
             del self._threads[key]
 
-    def call(self, pid: int, tid: int, kind: str, start_ns: int, end_ns: int, ship: Ship) -> None:
+    def call(self, pid: int, tid: int, kind: str, start_ns: int, end_ns: int, ship: Ship,
+             stack: str | None = None) -> None:
         """A CUDA call's interval (malloc, free, memcpy or sync)."""
-        self._add(pid, tid, kind, start_ns, end_ns, classify_call(kind), 1 if kind == "sync" else 0, ship)
+        sign = 1 if kind == "sync" else 0
+        self._add(pid, tid, kind, start_ns, end_ns, classify_call(kind), sign, ship, stack)
+
+    def sample(self, pid: int, tid: int, ts: int, stack: str) -> None:
+        """An on-CPU sample of a thread: it was running ``stack`` at ``ts``."""
+        self.thread(pid, tid).samples.append((ts, stack))
 
     def offcpu(self, pid: int, tid: int, start_ns: int, end_ns: int, sleeping: bool, preempted_by: str | None,
-               call_in_flight: str, runq_ns: int, ship: Ship) -> None:
+               call_in_flight: str, runq_ns: int, ship: Ship, stack: str | None = None) -> None:
         """An off-CPU interval; a sleep that then waited in the run queue behind other work is two."""
         runq = min(max(runq_ns, 0), end_ns - start_ns) if sleeping and preempted_by == "other" else 0
         category = classify_offcpu(sleeping, preempted_by, call_in_flight)
         # usual lengths apart per state and call in flight: a sleep inside a sync is not a data-loader wait
         kind = f"offcpu:{'sleeping' if sleeping else 'preempted'}:{call_in_flight}"
-        self._add(pid, tid, kind, start_ns, end_ns - runq, category, 0, ship)
+        self._add(pid, tid, kind, start_ns, end_ns - runq, category, 0, ship, stack)
         if runq > 0:
             window = self.thread(pid, tid)
             in_call = call_in_flight in IN_CALL
             window.add(Interval(end_ns - runq, end_ns, None if in_call else "cpu_contention",
-                                -1 if call_in_flight in SYNC_CALLS else 0, None))
+                                -1 if call_in_flight in SYNC_CALLS else 0, None, stack))
 
     def _add(self, pid: int, tid: int, kind: str, start_ns: int, end_ns: int, category: str | None,
-             presync_sign: int, ship: Ship) -> None:
+             presync_sign: int, ship: Ship, stack: str | None = None) -> None:
         window = self.thread(pid, tid)
         if self.raw_threshold_ns <= 0 or (
             window.calls_collectives and window.is_outlier(kind, end_ns - start_ns, self.raw_threshold_ns)
         ):
             ship()
-            window.add(Interval(start_ns, end_ns, category, presync_sign, None))
+            window.add(Interval(start_ns, end_ns, category, presync_sign, None, stack))
         else:
-            window.add(Interval(start_ns, end_ns, category, presync_sign, ship))
+            window.add(Interval(start_ns, end_ns, category, presync_sign, ship, stack))
 
     def close(self, pid: int, tid: int, start_ns: int, end_ns: int, from_completion: bool) -> Breakdown:
         return self.thread(pid, tid).close(start_ns, end_ns, from_completion, self.raw_threshold_ns)

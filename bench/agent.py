@@ -2,8 +2,11 @@
 
 Everything is measured side by side in one run. Two copies of the fake libraries exist per node:
 one is traced by that node's agent (its inode carries the uprobes), the other is not; job runs
-alternate between them, so both see the same machine load. Needs root, bcc and ``make -C sim``;
-otherwise it prints why and returns ``{"skipped": reason}``.
+alternate between them, so both see the same machine load. A third copy is traced by agents started with
+``--no-stacks``, so the cost of call stacks (capture at collective entry, long CUDA calls and long
+off-CPU intervals, the 49 Hz on-CPU sampler, symbolisation) reads side by side with the agent's
+other costs. Needs root, bcc and ``make -C sim``; otherwise it prints why and returns
+``{"skipped": reason}``.
 
     python -m bench agent [--rounds 3] [--steps 30] [--omit-frame-pointers]
 
@@ -145,11 +148,13 @@ def run(argv: list[str]) -> dict[str, Any]:
             # node-b runs the endbr64 build of the libraries in both jobs.
             traced = SimJob(tmp / "traced", ["node-a", "node-b"], 4, sim, endbr_nodes=("node-b",))
             plain = SimJob(tmp / "plain", ["node-a", "node-b"], 4, sim, endbr_nodes=("node-b",))
+            nostacks = SimJob(tmp / "nostacks", ["node-a", "node-b"], 4, sim, endbr_nodes=("node-b",))
             agents = traced.start_agents(echo.otlp_grpc, TOKEN)
-            step_ms: dict[str, list[float]] = {"without": [], "with": []}
+            other_agents = nostacks.start_agents(echo.otlp_grpc, TOKEN, "--no-stacks")
+            step_ms: dict[str, list[float]] = {"without": [], "with": [], "no_stacks": []}
             cpu_ticks_used, traced_wall = 0, 0.0
             for _ in range(args.rounds):
-                for name, job in (("without", plain), ("with", traced)):
+                for name, job in (("without", plain), ("no_stacks", nostacks), ("with", traced)):
                     before = sum(cpu_ticks(a.proc.pid) for a in agents)
                     t0 = time.monotonic()
                     job.wait(job.start_ranks(sim_args))
@@ -164,10 +169,12 @@ def run(argv: list[str]) -> dict[str, Any]:
             pairs = {
                 "plain": (traced.lib_dir("node-a") / cudart, plain.lib_dir("node-a") / cudart),
                 "endbr": (traced.lib_dir("node-b") / cudart, plain.lib_dir("node-b") / cudart),
+                "nostacks": (nostacks.lib_dir("node-a") / cudart, plain.lib_dir("node-a") / cudart),
             }
             probes = probe_cost(tmp, pairs, args.calls, args.rounds * 2)
-            stop_all(agents)
+            stop_all(agents + other_agents)
     without, with_ = statistics.median(step_ms["without"]), statistics.median(step_ms["with"])
+    no_stacks = statistics.median(step_ms["no_stacks"])
     hz = os.sysconf("SC_CLK_TCK")
     cpu_pct = 100.0 * cpu_ticks_used / hz / traced_wall / len(agents)
     result = {
@@ -175,6 +182,9 @@ def run(argv: list[str]) -> dict[str, Any]:
         "step_ms_without_agent": without,
         "step_ms_with_agent": with_,
         "step_time_ratio": with_ / without,
+        "step_ms_with_agent_no_stacks": no_stacks,
+        "step_time_ratio_no_stacks": no_stacks / without,
+        "stacks_step_time_ratio": with_ / no_stacks,
         "agent_cpu_pct_of_one_core_per_agent": cpu_pct,
         "ranks_per_agent": 4,
         "agent_rss_mib": max(r[0] for r in rss) / 1024,
@@ -184,10 +194,14 @@ def run(argv: list[str]) -> dict[str, Any]:
     print(f"libraries: {result['libraries']}")
     print(f"step time (median, 8 ranks, {args.rounds} alternating rounds): without {without:.2f} ms, "
           f"with agents {with_:.2f} ms, ratio {with_ / without:.4f} (target <= 1.01)")
+    print(f"call stacks: with agents but --no-stacks {no_stacks:.2f} ms (ratio {no_stacks / without:.4f}); "
+          f"stacks on vs off {with_ / no_stacks:.4f}")
     print(f"agent CPU: {cpu_pct:.2f}% of one core per agent (4 ranks each; target <= 5% for 8 ranks); "
           f"RSS {result['agent_rss_mib']:.0f} MiB (peak {result['agent_peak_rss_mib']:.0f} MiB)")
     for build, what in (("plain", "plain prologue"), ("endbr", "endbr64 prologue")):
         print(f"probe cost, {what}: cudaStreamSynchronize +{probes[f'{build}_sync_ns_added']:.0f} ns/call "
               f"(entry+return, one record), cudaLaunchKernel +{probes[f'{build}_launch_ns_added']:.0f} "
               "ns/call (in-kernel count)")
+    print(f"probe cost, plain prologue, agent with --no-stacks: cudaStreamSynchronize "
+          f"+{probes['nostacks_sync_ns_added']:.0f} ns/call (the difference is the entry stack a sync takes)")
     return result

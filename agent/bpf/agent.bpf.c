@@ -2,12 +2,22 @@
  *
  * Knobs come in as -D flags from agent/probes.py: OFFCPU_MIN_NS (off-CPU threshold), MAX_THREADS
  * (per-thread map size), RINGBUF_PAGES, and FILTER_PIDS (only processes user space put in `targets`;
- * without it, any process that hits a probe becomes a target, so a job is traced from its first call).
+ * without it, any process that hits a probe becomes a target, so a job is traced from its first call),
+ * STACKS (capture user stacks), STACK_CALL_MIN_NS (a CUDA call at least this long ships its entry stack)
+ * and STACK_SLOTS (stacks held per map while their call or off-CPU interval is in progress).
+ *
+ * User stacks (bpf_get_stack, frame-pointer walk) are copied into the record, never into a stack map:
+ * a stack-map id is a hash bucket a later stack can take over, so it cannot name a stack off the node.
+ * They are taken where they explain lateness, never per kernel launch (~1 us + 70 ns per frame):
+ * at every collective's entry, at the entry of the CUDA calls that can be long (shipped only when the
+ * call was), at every switch-out of a thread that calls collectives (shipped only when it stayed off
+ * long), and by the low-rate on-CPU sampler.
  *
  * Kernel struct fields are never read here: the agent may run with headers older than the kernel,
  * where field offsets are silently wrong. Helpers, pt_regs and tracepoint arguments only.
  */
 #include <uapi/linux/ptrace.h>
+#include <uapi/linux/bpf_perf_event.h>
 #include "agent.h"
 
 #ifndef OFFCPU_MIN_NS
@@ -18,6 +28,12 @@
 #endif
 #ifndef RINGBUF_PAGES
 #define RINGBUF_PAGES 256
+#endif
+#ifndef STACK_CALL_MIN_NS
+#define STACK_CALL_MIN_NS 1000000ULL
+#endif
+#ifndef STACK_SLOTS
+#define STACK_SLOTS 2048
 #endif
 
 struct call_key {
@@ -50,6 +66,14 @@ BPF_TABLE("lru_hash", u32, struct offcpu, offstart, MAX_THREADS);
 BPF_TABLE("lru_hash", u32, struct launch_count, launches, MAX_THREADS); /* cumulative per tid */
 BPF_TABLE("lru_hash", u32, u32, exit_codes, 4096);          /* tgid -> status given to exit_group */
 BPF_PERCPU_ARRAY(drops, u64, 1);
+#ifdef STACKS
+BPF_PERCPU_ARRAY(stack_scratch, struct rk_stack_event, 1); /* too big for the 512-byte BPF stack */
+BPF_TABLE("lru_hash", struct call_key, struct rk_stack_event, call_stacks, STACK_SLOTS);
+BPF_TABLE("lru_hash", u32, struct rk_stack_event, off_stacks, STACK_SLOTS); /* tid -> at switch-out */
+/* Threads that entered a collective: only theirs are worth a stack at every switch-out (the pre-call
+ * window explains the calling thread; NCCL's and the runtime's helper threads switch far more often). */
+BPF_TABLE("lru_hash", u32, u8, stack_threads, MAX_THREADS);
+#endif
 
 #define ARG1 PT_REGS_PARM1(ctx)
 #define ARG2 PT_REGS_PARM2(ctx)
@@ -85,6 +109,43 @@ static __always_inline void submit(void *data, u64 size)
         count_drop();
 }
 
+#ifdef STACKS
+/* The calling thread's user stack into the per-CPU scratch record (NULL if there is none to take).
+ * `entry`: taken at a function's first instruction (or past endbr64), where [SP] is still the return
+ * address; the frame-pointer walk skips that caller when the function does not begin with push %rbp
+ * (the kernel adds it only for such entries), so it goes along for user space to insert. */
+static __always_inline struct rk_stack_event *take_stack(void *ctx, u64 sp, u64 ts, u16 fn, u32 source)
+{
+    int zero = 0;
+    struct rk_stack_event *s = stack_scratch.lookup(&zero);
+    if (!s)
+        return 0;
+    long n = bpf_get_stack(ctx, s->ips, sizeof(s->ips), BPF_F_USER_STACK);
+    if (n <= 0)
+        return 0;
+    u64 id = bpf_get_current_pid_tgid();
+    s->h.ts = ts;
+    s->h.ts2 = 0;
+    s->h.a0 = (u64)n / 8;
+    s->h.a1 = 0;
+    s->h.a2 = 0;
+    s->h.a3 = 0;
+    if (sp)
+        bpf_probe_read_user(&s->h.a1, sizeof(s->h.a1), (void *)sp);
+    s->h.pid = id >> 32;
+    s->h.tid = (u32)id;
+    s->h.kind = KIND_STACK;
+    s->h.fn = fn;
+    s->h.extra = source;
+    s->h.launches = 0;
+    return s;
+}
+#endif
+
+/* Which calls take a stack at entry: 2 = always shipped (collectives), 1 = shipped when the call lasted
+ * at least STACK_CALL_MIN_NS (the CUDA calls that can be long), 0 = none. Generated from agent/traced.py. */
+/* @STACK_POLICY@ */
+
 static __always_inline int accept(u32 tgid)
 {
     if (targets.lookup(&tgid))
@@ -98,7 +159,7 @@ static __always_inline int accept(u32 tgid)
 #endif
 }
 
-static __always_inline int begin_call(u16 fn, u64 a0, u64 a1, u64 a2, u64 a3)
+static __always_inline int begin_call(struct pt_regs *ctx, u16 fn, u64 a0, u64 a1, u64 a2, u64 a3)
 {
     u64 id = bpf_get_current_pid_tgid();
     if (!accept(id >> 32))
@@ -119,6 +180,17 @@ static __always_inline int begin_call(u16 fn, u64 a0, u64 a1, u64 a2, u64 a3)
     struct call_key k = {.tid = e.tid, .fn = fn};
     calls.update(&k, &e);
     in_flight.update(&e.tid, &fn);
+#ifdef STACKS
+    if (stack_policy(fn)) {
+        if (stack_policy(fn) == 2) {
+            u8 one = 1;
+            stack_threads.update(&e.tid, &one);
+        }
+        struct rk_stack_event *s = take_stack(ctx, PT_REGS_SP(ctx), e.ts, fn, STACK_CALL);
+        if (s)
+            call_stacks.update(&k, s);
+    }
+#endif
     return 0;
 }
 
@@ -131,6 +203,15 @@ static __always_inline int end_call(u16 fn, u64 rc)
         return 0;
     e->ts2 = bpf_ktime_get_ns();
     e->extra = (u32)rc;
+#ifdef STACKS
+    /* The stack goes first, so user space holds it when the call record arrives. */
+    struct rk_stack_event *s = call_stacks.lookup(&k);
+    if (s) {
+        if (stack_policy(fn) == 2 || e->ts2 - e->ts >= STACK_CALL_MIN_NS)
+            submit(s, sizeof(*s));
+        call_stacks.delete(&k);
+    }
+#endif
     submit(e, sizeof(*e));
     calls.delete(&k);
     in_flight.delete(&tid);
@@ -191,7 +272,7 @@ static __always_inline int end_init(struct pt_regs *ctx)
 }
 
 #define CALL(name, FN, A0, A1, A2, A3)                                              \
-    int enter_##name(struct pt_regs *ctx) { return begin_call(FN, A0, A1, A2, A3); } \
+    int enter_##name(struct pt_regs *ctx) { return begin_call(ctx, FN, A0, A1, A2, A3); } \
     int return_##name(struct pt_regs *ctx) { return end_call(FN, PT_REGS_RC(ctx)); }
 
 #define INIT(name, FN, A0, A1, A2, A3)                                                    \
@@ -234,6 +315,14 @@ TRACEPOINT_PROBE(sched, sched_switch)
             u16 *call = in_flight.lookup(&prev);
             o.call = call ? *call : 0;
             offstart.update(&prev, &o);
+#ifdef STACKS
+            /* current is still prev here: its user stack is where it blocked or was preempted. */
+            if (stack_threads.lookup(&prev)) {
+                struct rk_stack_event *s = take_stack(args, 0, now, o.call, STACK_OFFCPU);
+                if (s)
+                    off_stacks.update(&prev, s);
+            }
+#endif
         }
     }
     u32 next = args->next_pid;
@@ -252,8 +341,16 @@ TRACEPOINT_PROBE(sched, sched_switch)
         e.kind = KIND_OFFCPU;
         e.fn = o->call;
         e.extra = o->sleeping;
+#ifdef STACKS
+        struct rk_stack_event *s = off_stacks.lookup(&next);
+        if (s && s->h.ts == o->ts)
+            submit(s, sizeof(*s));
+#endif
         submit(&e, sizeof(e));
     }
+#ifdef STACKS
+    off_stacks.delete(&next);
+#endif
     offstart.delete(&next);
     return 0;
 }
@@ -287,6 +384,10 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     u32 tid = (u32)id;
     offstart.delete(&tid);
     in_flight.delete(&tid);
+#ifdef STACKS
+    off_stacks.delete(&tid);
+    stack_threads.delete(&tid);
+#endif
     if (!args->group_dead || !targets.lookup(&tgid))
         return 0;
     targets.delete(&tgid);
@@ -304,3 +405,18 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     submit(&e, sizeof(e));
     return 0;
 }
+
+#ifdef STACKS
+/* The low-rate on-CPU sampler (a cpu-clock perf event on every CPU, agent --sample-hz): the user stack
+ * of a target thread that was running, for the window's host-compute share. */
+int on_cpu_sample(struct bpf_perf_event_data *ctx)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (!tgid || !targets.lookup(&tgid))
+        return 0;
+    struct rk_stack_event *s = take_stack(ctx, 0, bpf_ktime_get_ns(), 0, STACK_SAMPLE);
+    if (s)
+        submit(s, sizeof(*s));
+    return 0;
+}
+#endif

@@ -10,6 +10,14 @@ enum rk_kind {
     KIND_COMM_INIT = 2, /* a communicator was created: call record + 128 payload bytes */
     KIND_OFFCPU = 3,    /* a thread of a target process was off CPU for at least OFFCPU_MIN_NS */
     KIND_EXIT = 4,      /* the last thread of a target process exited */
+    KIND_STACK = 5,     /* a user stack: precedes the record it belongs to (same tid and ts) */
+};
+
+/* Why a KIND_STACK record was taken (its `extra` field). */
+enum rk_stack_source {
+    STACK_CALL = 1,   /* at a traced call's entry (collectives always, long CUDA calls) */
+    STACK_OFFCPU = 2, /* at a switch-out, kept because the off-CPU interval was long */
+    STACK_SAMPLE = 3, /* the on-CPU sampler (no record follows) */
 };
 
 /* Traced functions (the `fn` field): enum rk_fn, generated from agent/traced.py. */
@@ -36,6 +44,20 @@ struct rk_event {
 };
 
 #define RK_PAYLOAD 128
+
+/* Deepest user stack kept: 64 frames covers framework call chains (a PyTorch dispatcher stack is 30-50
+ * native frames) while bounding the walk at ~5 us and the record at 584 bytes; the kernel's own
+ * limit is 127 (kernel.perf_event_max_stack). A stack that fills it is marked truncated. */
+#define RK_STACK_DEPTH 64
+
+/* KIND_STACK: h.ts = ts of the record it belongs to (call entry, switch-out, sample time), h.fn = the
+ * call, h.a0 = frames walked, h.a1 = the return address at SP when taken at a function's entry (0
+ * otherwise: user space inserts it when the frame-pointer walk skipped the immediate caller),
+ * h.extra = enum rk_stack_source. */
+struct rk_stack_event {
+    struct rk_event h;
+    __u64 ips[RK_STACK_DEPTH];
+};
 
 /* KIND_COMM_INIT: ncclUniqueId bytes (InitRank*), or up to 16 comm handles (InitAll). */
 struct rk_init_event {
