@@ -13,7 +13,6 @@ import logging
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_agent_helpers import requires_ebpf
 
 from rankecho.agent import pyframes
-from rankecho.agent.check import check_bcc
 
 PROG = Path(__file__).parent / "agent_fixtures" / "pyframes_prog.py"
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
@@ -56,6 +55,26 @@ int on_call_walk(struct pt_regs *ctx) {
 }
 """
 
+OFFCPU_TEXT = """
+#include <uapi/linux/ptrace.h>
+PYFRAMES_H
+struct hit { __u32 tid; __u32 ret; struct rk_py_stack s; };
+BPF_RINGBUF_OUTPUT(hits, 64);
+TRACEPOINT_PROBE(sched, sched_switch) {
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tgid = id >> 32;
+    if (args->prev_state == 0 || !py_targets.lookup(&tgid))
+        return 0;
+    struct hit *h = hits.ringbuf_reserve(sizeof(struct hit));
+    if (!h)
+        return 0;
+    h->tid = (__u32)id;
+    h->ret = rk_py_walk(tgid, (__u32)id, &h->s);
+    hits.ringbuf_submit(h, 0);
+    return 0;
+}
+"""
+
 
 def python_path(version: str) -> Path:
     """pyenv's ``version``, or Debian's python3 for "system"."""
@@ -67,10 +86,6 @@ def interpreter(version: str) -> str:
     if not path.exists():
         pytest.skip(f"CPython {version} is not installed here ({path}; `pyenv install {version}` adds it)")
     return str(path)
-
-
-needs_ebpf = pytest.mark.skipif(os.geteuid() != 0 or not check_bcc().ok,
-                                reason="real eBPF needs root and bcc (" + check_bcc().fix + ")")
 
 
 @dataclass
@@ -109,23 +124,36 @@ def libc_path(pid: int) -> str:
         return next(line.split()[-1] for line in f if "/libc.so" in line or "/libc-" in line)
 
 
-def load_bpf() -> Any:
+def load_bpf(text: str = BPF_TEXT) -> Any:
     from bcc import BPF
 
-    return BPF(text=BPF_TEXT.replace("PYFRAMES_H", pyframes.header_text()).encode())
+    return BPF(text=text.replace("PYFRAMES_H", pyframes.header_text()).encode())
 
 
-def capture(python: str) -> tuple[dict[str, Any], dict[int, list[list[str]]], int]:
-    """Run the program under ``python`` with the probe on: (its report, decoded frames per tid, hits
-    whose walk found no thread state)."""
-    bpf = load_bpf()
+@dataclass
+class Capture:
+    """What one run under one interpreter gave: the program's report and, per thread id, each hit's
+    decoded frames with the record's status and truncated flag."""
+
+    report: dict[str, Any]
+    hits: dict[int, list[tuple[list[str], int, int]]]
+
+    def seen(self, chain: str) -> list[list[str]]:
+        return [frames for frames, _, _ in self.hits.get(self.report["tids"][chain], [])]
+
+
+def capture(python: str, go: str = f"go {CALLS}", text: str = BPF_TEXT) -> Capture:
+    """Run the program under ``python`` with ``text`` loaded (the uprobe on ``nanosleep`` attached when it
+    has ``on_call``), sending ``go``."""
+    bpf = load_bpf(text)
     try:
         with running(python) as prog:
             proc = pyframes.detect(prog.pid)
             assert proc is not None and proc.supported, proc
             bpf[b"py_targets"][ctypes.c_uint32(prog.pid)] = proc.target()
-            bpf.attach_uprobe(name=libc_path(prog.pid).encode(), sym=b"nanosleep", fn_name=b"on_call",
-                              pid=prog.pid)
+            if "on_call(" in text:
+                bpf.attach_uprobe(name=libc_path(prog.pid).encode(), sym=b"nanosleep", fn_name=b"on_call",
+                                  pid=prog.pid)
             raws: list[tuple[int, bytes]] = []
 
             def keep(_cpu: int, data: int, size: int) -> int:
@@ -133,40 +161,62 @@ def capture(python: str) -> tuple[dict[str, Any], dict[int, list[list[str]]], in
                 return 0
 
             bpf[b"hits"].open_ring_buffer(keep)
-            prog.send(f"go {CALLS}")
+            prog.send(go)
             report = prog.receive()
             bpf.ring_buffer_consume()
             decoder = pyframes.FrameDecoder()
-            frames: dict[int, list[list[str]]] = {}
+            hits: dict[int, list[tuple[list[str], int, int]]] = {}
             for tid, raw in raws:
-                frames.setdefault(tid, []).append(decoder.frames(prog.pid, raw))
-            missing = sum(1 for _, raw in raws if pyframes.RkPyStack.from_buffer_copy(raw).status)
+                stack = pyframes.RkPyStack.from_buffer_copy(raw)
+                named = decoder.frames(prog.pid, raw)
+                hits.setdefault(tid, []).append((named, stack.status, stack.truncated))
             prog.send("exit")
-            return report, frames, missing
+            return Capture(report, hits)
     finally:
         bpf.cleanup()
 
 
-@needs_ebpf
+@requires_ebpf
 @pytest.mark.parametrize("version", ["3.10.13", "3.11.7", "3.12.1", "system"])
 def test_frames_are_the_python_call_chain_with_lines_on_both_threads(version: str) -> None:
-    report, frames, missing = capture(interpreter(version))
-    tids, expected = report["tids"], report["expected"]
-    assert expected["main"][:3] == [
-        f"pyframes_prog.py:allocate_cache:{expected['main'][0].rsplit(':', 1)[1]}",
-        f"pyframes_prog.py:forward:{expected['main'][1].rsplit(':', 1)[1]}",
-        f"pyframes_prog.py:train_step:{expected['main'][2].rsplit(':', 1)[1]}",
-    ] and expected["main"][-1].startswith("pyframes_prog.py:<module>:")
+    got = capture(interpreter(version))
+    expected = got.report["expected"]
+    assert [f.split(":")[1] for f in expected["main"]] == [
+        "allocate_cache", "forward", "train_step", "nest", "main_loop", "main", "<module>"]
     assert [f.split(":")[1] for f in expected["loader"][:3]] == ["read_shard", "fetch_batch", "loader_loop"]
-    assert missing == 0
+    assert all(status == pyframes.STATUS_OK for hits in got.hits.values() for _, status, _ in hits)
     for chain in ("main", "loader"):
-        seen = frames[tids[chain]]
+        seen = got.seen(chain)
         assert len(seen) == CALLS, (chain, len(seen))
-        for got in seen:
-            assert got == expected[chain], (chain, got)
+        for frames in seen:
+            assert frames == expected[chain], (chain, frames)
 
 
-@needs_ebpf
+@requires_ebpf
+def test_a_deeper_stack_keeps_its_innermost_frames_and_says_truncated() -> None:
+    got = capture(interpreter("3.12.1"), f"go 5 0 {pyframes.MAX_FRAMES + 6}")
+    expected = got.report["expected"]["main"]
+    assert len(expected) > pyframes.MAX_FRAMES
+    hits = got.hits[got.report["tids"]["main"]]
+    assert len(hits) == 5
+    for frames, status, truncated in hits:
+        assert (frames, status, truncated) == (expected[:pyframes.MAX_FRAMES], pyframes.STATUS_OK, 1)
+
+
+@requires_ebpf
+@pytest.mark.parametrize("version", ["3.10.13", "3.12.1"])
+def test_a_thread_that_blocks_shows_its_frames_at_switch_out(version: str) -> None:
+    """From ``sched_switch`` (the context of the task going off the CPU), as the agent's off-CPU capture
+    runs it: each 2 ms sleep of either thread is seen with the frames that called it."""
+    got = capture(interpreter(version), "go 10 2000000", OFFCPU_TEXT)
+    expected = got.report["expected"]
+    for chain in ("main", "loader"):
+        in_sleep = [frames for frames in got.seen(chain) if frames[:1] == expected[chain][:1]]
+        assert len(in_sleep) >= 10, (chain, got.seen(chain))
+        assert all(frames == expected[chain] for frames in in_sleep), (chain, in_sleep)
+
+
+@requires_ebpf
 def test_the_bpf_layouts_match_the_python_mirrors() -> None:
     bpf = load_bpf()
     try:
@@ -228,37 +278,53 @@ def test_forget_drops_a_process() -> None:
 
 # --- cost per hit (not a test: `python tests/test_agent_pyframes.py [version ...]`) ---------------------
 
+TINY = (".globl tiny_call\n.type tiny_call,@function\ntiny_call:\npush %rbp\nmov %rsp,%rbp\npop %rbp\nret\n"
+        ".section .note.GNU-stack,\"\",@progbits\n")
+"""A C-callable function whose first instruction the kernel emulates (``push %rbp``), so a hit costs the
+uprobe and the program, not a single-step (libc's ``nanosleep`` begins with ``sub $8,%rsp``)."""
+
 TIMED = """
 import ctypes, sys, time
 sys.path.insert(0, {dir!r})
 import pyframes_prog as p
 p.report = lambda chain, fn: None
+p.probed = ctypes.CDLL({lib!r}).tiny_call
+def nest(k):
+    return p.train_step() if k == 0 else nest(k - 1)
+def loop(n):
+    for _ in range(n):
+        nest({depth})
+print("ready", flush=True)
+sys.stdin.readline()
 for _ in range(3):
     best = []
     for _ in range(15):
         t = time.perf_counter_ns()
-        p.main_loop(2000)
-        best.append((time.perf_counter_ns() - t) / 2000)
+        loop(5000)
+        best.append((time.perf_counter_ns() - t) / 5000)
     best.sort()
     print(best[len(best) // 2], flush=True)
 sys.stdin.readline()
 """
 
 
-def _median_per_call(python: str, bpf: Any, fn: str | None) -> float:
-    proc = subprocess.Popen([python, "-c", TIMED.format(dir=str(PROG.parent))], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+def _per_call(python: str, lib: str, depth: int, bpf: Any, fn: str | None) -> float:
+    """Best of three medians of 15 runs of 5,000 calls: ns per call at ``depth`` + 6 Python frames."""
+    text = TIMED.format(dir=str(PROG.parent), lib=lib, depth=depth)
+    proc = subprocess.Popen([python, "-c", text], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline() == "ready\n"
         if fn is not None:
             found = pyframes.detect(proc.pid)
             assert found is not None
             bpf[b"py_targets"][ctypes.c_uint32(proc.pid)] = found.target()
-            bpf.attach_uprobe(name=libc_path(proc.pid).encode(), sym=b"nanosleep", fn_name=fn.encode(),
-                              pid=proc.pid)
-        assert proc.stdout is not None
+            bpf.attach_uprobe(name=lib.encode(), sym=b"tiny_call", fn_name=fn.encode(), pid=proc.pid)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
         medians = [float(proc.stdout.readline()) for _ in range(3)]
         if fn is not None:
-            bpf.detach_uprobe(name=libc_path(proc.pid).encode(), sym=b"nanosleep", pid=proc.pid)
+            bpf.detach_uprobe(name=lib.encode(), sym=b"tiny_call", pid=proc.pid)
         return min(medians)
     finally:
         proc.kill()
@@ -266,17 +332,24 @@ def _median_per_call(python: str, bpf: Any, fn: str | None) -> float:
 
 
 def measure(versions: list[str]) -> None:
+    """Print, per version, the cost of a probe hit with the walk over an empty probe (same hits)."""
+    import tempfile
+
     bpf = load_bpf()
-    try:
-        for version in versions:
-            python = str(python_path(version))
-            none, empty, walk = (_median_per_call(python, bpf, fn)
-                                 for fn in (None, "on_call_empty", "on_call_walk"))
-            print(f"{version}: {none:.0f} ns/call unprobed, empty uprobe +{empty - none:.0f} ns, "
-                  f"walk of 6 frames +{walk - empty:.0f} ns over the empty uprobe")
-            time.sleep(0.1)
-    finally:
-        bpf.cleanup()
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = str(Path(tmp) / "libtiny.so")
+        (Path(tmp) / "tiny.s").write_text(TINY)
+        subprocess.run(["gcc", "-shared", "-o", lib, str(Path(tmp) / "tiny.s")], check=True)
+        try:
+            for version, depth in ((v, d) for v in versions for d in (0, 18)):
+                python = str(python_path(version))
+                none, empty, walk = (min(_per_call(python, lib, depth, bpf, fn) for _ in range(2))
+                                     for fn in (None, "on_call_empty", "on_call_walk"))
+                print(f"{version}, {depth + 6} frames: {none:.0f} ns/call unprobed, empty uprobe "
+                      f"+{empty - none:.0f} ns, walk +{walk - empty:.0f} ns over the empty uprobe",
+                      flush=True)
+        finally:
+            bpf.cleanup()
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """A rank-like Python program for tests/test_agent_pyframes.py, run under each CPython version.
 
-The main thread calls libc's ``nanosleep`` through ctypes from ``train_step -> forward ->
+The main thread calls libc's ``nanosleep`` (``probed``) through ctypes from ``train_step -> forward ->
 allocate_cache``, a loader thread from ``loader_loop -> fetch_batch -> read_shard``. Each chain reports,
 once, the frames a probe on ``nanosleep`` must see: the calling line (found with ``inspect`` from the
 ``# PROBED`` marker) and the callers' current lines. Protocol on stdin/stdout (one JSON line each way):
-prints ``{"pid": ...}``, waits for ``go N``, runs N calls per thread, prints the expected frames and
-thread ids, then waits for ``exit`` so the test can still read the process's memory.
+prints ``{"pid": ...}``, waits for ``go N [NS [DEPTH]]``, runs N calls per thread (each sleeping NS ns; the
+main chain below DEPTH ``nest`` frames), prints the expected frames and thread ids, then waits for ``exit``
+so the test can still read the process's memory.
 """
 
 import ctypes
@@ -18,6 +19,8 @@ from types import FrameType
 
 libc = ctypes.CDLL("libc.so.6")
 ZERO = (ctypes.c_long * 2)(0, 0)
+probed = libc.nanosleep
+"""The C function the test probes (its cost measurement swaps in a cheaper one)."""
 expected: dict[str, list[str]] = {}
 tids: dict[str, int] = {}
 
@@ -43,7 +46,7 @@ def report(chain: str, fn: object) -> None:
 
 def allocate_cache() -> None:
     report("main", allocate_cache)
-    libc.nanosleep(ZERO, None)  # PROBED
+    probed(ZERO, None)  # PROBED
 
 
 def forward() -> None:
@@ -56,7 +59,7 @@ def train_step() -> None:
 
 def read_shard() -> None:
     report("loader", read_shard)
-    libc.nanosleep(ZERO, None)  # PROBED
+    probed(ZERO, None)  # PROBED
 
 
 def fetch_batch() -> None:
@@ -68,17 +71,26 @@ def loader_loop(n: int) -> None:
         fetch_batch()
 
 
-def main_loop(n: int) -> None:
-    for _ in range(n):
+def nest(depth: int) -> None:
+    if depth:
+        nest(depth - 1)
+    else:
         train_step()
+
+
+def main_loop(n: int, depth: int = 0) -> None:
+    for _ in range(n):
+        nest(depth)
 
 
 def main() -> None:
     print(json.dumps({"pid": os.getpid()}), flush=True)
-    n = int(sys.stdin.readline().split()[1])
+    words = sys.stdin.readline().split()
+    n, ZERO[1] = int(words[1]), int(words[2]) if len(words) > 2 else 0  # calls, then ns each sleeps
+    depth = int(words[3]) if len(words) > 3 else 0
     loader = threading.Thread(target=loader_loop, args=(n,), name="loader")
     loader.start()
-    main_loop(n)
+    main_loop(n, depth)
     loader.join()
     print(json.dumps({"expected": expected, "tids": tids}), flush=True)
     sys.stdin.readline()
