@@ -64,6 +64,12 @@ class Layout:
     str_compact: int  # sizeof(PyCompactUnicodeObject): where other compact strings' data start
     ts_next: int = 8
 
+    @property
+    def frame_size(self) -> int:
+        """Bytes the BPF walk reads per frame: through the last field it uses."""
+        return max(self.f_code + 8, self.f_back + 8, self.f_instr + (4 if self.f_owner == NONE and
+                   self.code_adaptive == NONE else 8), 0 if self.f_owner == NONE else self.f_owner + 1)
+
 
 LAYOUTS: dict[tuple[int, int], Layout] = {
     (3, 10): Layout(32, 8, NONE, 176, 24, NONE, 32, 24, 96, NONE, NONE, 104, 112, 40, 120, 48, 72),
@@ -79,8 +85,9 @@ class RkPyTarget(ctypes.Structure):
     _fields_ = [("runtime", ctypes.c_uint64), ("version", ctypes.c_uint16)] + [
         (name, ctypes.c_uint16) for name in (
             "interp_head", "tstate_head", "ts_next", "ts_native_tid", "ts_thread_id", "pthread_tid",
-            "ts_frame", "cframe_current", "f_code", "f_back", "f_instr", "f_owner", "code_adaptive")
-    ] + [("pad", ctypes.c_uint16 * 2)]
+            "ts_frame", "cframe_current", "f_code", "f_back", "f_instr", "f_owner", "code_adaptive",
+            "frame_size", "pad")
+    ]
 
 
 class RkPyFrame(ctypes.Structure):
@@ -118,7 +125,8 @@ class PyProcess:
             interp_head=lay.interp_head, tstate_head=lay.tstate_head, ts_next=lay.ts_next,
             ts_native_tid=lay.ts_native_tid, ts_thread_id=lay.ts_thread_id, pthread_tid=self.pthread_tid,
             ts_frame=lay.ts_frame, cframe_current=lay.cframe_current, f_code=lay.f_code, f_back=lay.f_back,
-            f_instr=lay.f_instr, f_owner=lay.f_owner, code_adaptive=lay.code_adaptive)
+            f_instr=lay.f_instr, f_owner=lay.f_owner, code_adaptive=lay.code_adaptive,
+            frame_size=lay.frame_size)
 
 
 # --- finding _PyRuntime ------------------------------------------------------------------------------
