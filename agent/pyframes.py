@@ -4,10 +4,9 @@ The BPF side (``bpf/pyframes.h``) records, per frame, a code object's address an
 instruction being run; it needs per process the address of ``_PyRuntime`` and the version's struct
 offsets (:func:`detect` -> :meth:`PyProcess.target`, the ``py_targets`` value). This module turns those
 pairs into ``<file basename>:<function>:<line>`` by reading the code object from ``/proc/PID/mem``
-(``co_name``, ``co_filename``, ``co_firstlineno``, ``co_linetable``), cached per (pid, code address) since a
-training loop runs the same few code objects forever. Offsets were measured against each version's own
-headers (``../shared/notes/stacks-and-hangs.md``, section 2). Other versions (3.13+, 3.9-) are detected
-and get no frames; the agent says so once per version.
+(``co_name``, ``co_filename``, ``co_firstlineno``, ``co_linetable``), cached per (pid, code address): a
+training loop runs the same few code objects forever. Other versions (3.13+, 3.9-) are detected and get
+no frames; the agent says so once per version. See docs/python-frames.md.
 
 Usage::
 
@@ -62,19 +61,14 @@ class Layout:
     co_linetable: int
     str_ascii: int  # sizeof(PyASCIIObject): where a compact ASCII string's bytes start
     str_compact: int  # sizeof(PyCompactUnicodeObject): where other compact strings' data start
+    frame_size: int  # bytes the BPF walk reads per frame: through the last field it uses
     ts_next: int = 8
-
-    @property
-    def frame_size(self) -> int:
-        """Bytes the BPF walk reads per frame: through the last field it uses."""
-        return max(self.f_code + 8, self.f_back + 8, self.f_instr + (4 if self.f_owner == NONE and
-                   self.code_adaptive == NONE else 8), 0 if self.f_owner == NONE else self.f_owner + 1)
 
 
 LAYOUTS: dict[tuple[int, int], Layout] = {
-    (3, 10): Layout(32, 8, NONE, 176, 24, NONE, 32, 24, 96, NONE, NONE, 104, 112, 40, 120, 48, 72),
-    (3, 11): Layout(40, 16, 160, 152, 56, 8, 32, 48, 56, NONE, 184, 112, 120, 72, 136, 48, 72),
-    (3, 12): Layout(40, 72, 144, 136, 56, 0, 0, 8, 56, 70, 192, 112, 120, 68, 136, 40, 56),
+    (3, 10): Layout(32, 8, NONE, 176, 24, NONE, 32, 24, 96, NONE, NONE, 104, 112, 40, 120, 48, 72, 100),
+    (3, 11): Layout(40, 16, 160, 152, 56, 8, 32, 48, 56, NONE, 184, 112, 120, 72, 136, 48, 72, 64),
+    (3, 12): Layout(40, 72, 144, 136, 56, 0, 0, 8, 56, 70, 192, 112, 120, 68, 136, 40, 56, 72),
 }
 """Measured with ``offsetof`` against 3.10.13, 3.11.2/3.11.7 and 3.12.1; patch releases keep these."""
 
@@ -120,13 +114,9 @@ class PyProcess:
     def target(self) -> RkPyTarget:
         """The ``py_targets`` value for this process (raises KeyError for an unsupported version)."""
         lay = LAYOUTS[self.version]
-        return RkPyTarget(
-            runtime=self.runtime, version=self.version[0] * 100 + self.version[1],
-            interp_head=lay.interp_head, tstate_head=lay.tstate_head, ts_next=lay.ts_next,
-            ts_native_tid=lay.ts_native_tid, ts_thread_id=lay.ts_thread_id, pthread_tid=self.pthread_tid,
-            ts_frame=lay.ts_frame, cframe_current=lay.cframe_current, f_code=lay.f_code, f_back=lay.f_back,
-            f_instr=lay.f_instr, f_owner=lay.f_owner, code_adaptive=lay.code_adaptive,
-            frame_size=lay.frame_size)
+        offsets = {name: getattr(lay, name) for name, _ in RkPyTarget._fields_ if hasattr(lay, name)}
+        return RkPyTarget(runtime=self.runtime, version=self.version[0] * 100 + self.version[1],
+                          pthread_tid=self.pthread_tid, **offsets)
 
 
 # --- finding _PyRuntime ------------------------------------------------------------------------------
