@@ -1,0 +1,356 @@
+"""Python frames from real eBPF: a bcc program built from agent/bpf/pyframes.h, a uprobe on libc's
+``nanosleep``, and a Python program (tests/agent_fixtures/pyframes_prog.py) calling it through ctypes from
+named functions on its main thread and a loader thread, under each CPython version installed here.
+The decoded frames must be exactly the program's own call chain with its lines (it prints them, found
+with ``inspect``). Run ``python tests/test_agent_pyframes.py`` to measure the capture cost per hit.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_agent_helpers import requires_ebpf
+
+from rankecho.agent import pyframes
+
+PROG = Path(__file__).parent / "agent_fixtures" / "pyframes_prog.py"
+PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+CALLS = 40
+
+BPF_TEXT = """
+#include <uapi/linux/ptrace.h>
+PYFRAMES_H
+struct hit { __u32 tid; __u32 ret; struct rk_py_stack s; };
+BPF_RINGBUF_OUTPUT(hits, 64);
+int on_call(struct pt_regs *ctx) {
+    __u64 id = bpf_get_current_pid_tgid();
+    struct hit *h = hits.ringbuf_reserve(sizeof(struct hit));
+    if (!h)
+        return 0;
+    h->tid = (__u32)id;
+    h->ret = rk_py_walk(id >> 32, (__u32)id, &h->s);
+    hits.ringbuf_submit(h, 0);
+    return 0;
+}
+int on_call_empty(struct pt_regs *ctx) { return 0; }
+BPF_PERCPU_ARRAY(scratch, struct rk_py_stack, 1);
+int on_call_walk(struct pt_regs *ctx) {
+    __u64 id = bpf_get_current_pid_tgid();
+    int zero = 0;
+    struct rk_py_stack *s = scratch.lookup(&zero);
+    if (s)
+        rk_py_walk(id >> 32, (__u32)id, s);
+    return 0;
+}
+"""
+
+OFFCPU_TEXT = """
+#include <uapi/linux/ptrace.h>
+PYFRAMES_H
+struct hit { __u32 tid; __u32 ret; struct rk_py_stack s; };
+BPF_RINGBUF_OUTPUT(hits, 64);
+TRACEPOINT_PROBE(sched, sched_switch) {
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tgid = id >> 32;
+    if (args->prev_state == 0 || !py_targets.lookup(&tgid))
+        return 0;
+    struct hit *h = hits.ringbuf_reserve(sizeof(struct hit));
+    if (!h)
+        return 0;
+    h->tid = (__u32)id;
+    h->ret = rk_py_walk(tgid, (__u32)id, &h->s);
+    hits.ringbuf_submit(h, 0);
+    return 0;
+}
+"""
+
+
+def python_path(version: str) -> Path:
+    """pyenv's ``version``, or Debian's python3 for "system"."""
+    return Path("/usr/bin/python3") if version == "system" else PYENV / version / "bin" / "python3"
+
+
+def interpreter(version: str) -> str:
+    path = python_path(version)
+    if not path.exists():
+        pytest.skip(f"CPython {version} is not installed here ({path}; `pyenv install {version}` adds it)")
+    return str(path)
+
+
+@dataclass
+class Prog:
+    """A running pyframes_prog.py."""
+
+    proc: subprocess.Popen[str]
+    pid: int
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def receive(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, f"the program ended early: {self.proc.stderr.read() if self.proc.stderr else ''}"
+        return dict(json.loads(line))
+
+
+@contextmanager
+def running(python: str, *args: str) -> Iterator[Prog]:
+    proc = subprocess.Popen([python, str(PROG), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        yield Prog(proc, int(json.loads(proc.stdout.readline())["pid"]))
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def libc_path(pid: int) -> str:
+    with open(f"/proc/{pid}/maps") as f:
+        return next(line.split()[-1] for line in f if "/libc.so" in line or "/libc-" in line)
+
+
+def load_bpf(text: str = BPF_TEXT) -> Any:
+    from bcc import BPF
+
+    return BPF(text=text.replace("PYFRAMES_H", pyframes.header_text()).encode())
+
+
+@dataclass
+class Capture:
+    """What one run under one interpreter gave: the program's report and, per thread id, each hit's
+    decoded frames with the record's status and truncated flag."""
+
+    report: dict[str, Any]
+    hits: dict[int, list[tuple[list[str], int, int]]]
+
+    def seen(self, chain: str) -> list[list[str]]:
+        return [frames for frames, _, _ in self.hits.get(self.report["tids"][chain], [])]
+
+
+def capture(python: str, go: str = f"go {CALLS}", text: str = BPF_TEXT) -> Capture:
+    """Run the program under ``python`` with ``text`` loaded (the uprobe on ``nanosleep`` attached when it
+    has ``on_call``), sending ``go``."""
+    bpf = load_bpf(text)
+    try:
+        with running(python) as prog:
+            proc = pyframes.detect(prog.pid)
+            assert proc is not None and proc.supported, proc
+            bpf[b"py_targets"][ctypes.c_uint32(prog.pid)] = proc.target()
+            if "on_call(" in text:
+                bpf.attach_uprobe(name=libc_path(prog.pid).encode(), sym=b"nanosleep", fn_name=b"on_call",
+                                  pid=prog.pid)
+            raws: list[tuple[int, bytes]] = []
+
+            def keep(_cpu: int, data: int, size: int) -> int:
+                raws.append((ctypes.c_uint32.from_address(data).value, ctypes.string_at(data, size)[8:]))
+                return 0
+
+            bpf[b"hits"].open_ring_buffer(keep)
+            prog.send(go)
+            report = prog.receive()
+            bpf.ring_buffer_consume()
+            decoder = pyframes.FrameDecoder()
+            hits: dict[int, list[tuple[list[str], int, int]]] = {}
+            for tid, raw in raws:
+                stack = pyframes.RkPyStack.from_buffer_copy(raw)
+                named = decoder.frames(prog.pid, raw)
+                hits.setdefault(tid, []).append((named, stack.status, stack.truncated))
+            prog.send("exit")
+            return Capture(report, hits)
+    finally:
+        bpf.cleanup()
+
+
+@requires_ebpf
+@pytest.mark.parametrize("version", ["3.10.13", "3.11.7", "3.12.1", "system"])
+def test_frames_are_the_python_call_chain_with_lines_on_both_threads(version: str) -> None:
+    got = capture(interpreter(version))
+    expected = got.report["expected"]
+    assert [f.split(":")[1] for f in expected["main"]] == [
+        "allocate_cache", "forward", "train_step", "nest", "main_loop", "main", "<module>"]
+    assert [f.split(":")[1] for f in expected["loader"][:3]] == ["read_shard", "fetch_batch", "loader_loop"]
+    assert all(status == pyframes.STATUS_OK for hits in got.hits.values() for _, status, _ in hits)
+    for chain in ("main", "loader"):
+        seen = got.seen(chain)
+        assert len(seen) == CALLS, (chain, len(seen))
+        for frames in seen:
+            assert frames == expected[chain], (chain, frames)
+
+
+@requires_ebpf
+def test_a_deeper_stack_keeps_its_innermost_frames_and_says_truncated() -> None:
+    got = capture(interpreter("3.12.1"), f"go 5 0 {pyframes.MAX_FRAMES + 6}")
+    expected = got.report["expected"]["main"]
+    assert len(expected) > pyframes.MAX_FRAMES
+    hits = got.hits[got.report["tids"]["main"]]
+    assert len(hits) == 5
+    for frames, status, truncated in hits:
+        assert (frames, status, truncated) == (expected[:pyframes.MAX_FRAMES], pyframes.STATUS_OK, 1)
+
+
+@requires_ebpf
+@pytest.mark.parametrize("version", ["3.10.13", "3.12.1"])
+def test_a_thread_that_blocks_shows_its_frames_at_switch_out(version: str) -> None:
+    """From ``sched_switch`` (the context of the task going off the CPU), as the agent's off-CPU capture
+    runs it: each 2 ms sleep of either thread is seen with the frames that called it."""
+    got = capture(interpreter(version), "go 10 2000000", OFFCPU_TEXT)
+    expected = got.report["expected"]
+    for chain in ("main", "loader"):
+        in_sleep = [frames for frames in got.seen(chain) if frames[:1] == expected[chain][:1]]
+        assert len(in_sleep) >= 10, (chain, got.seen(chain))
+        assert all(frames == expected[chain] for frames in in_sleep), (chain, in_sleep)
+
+
+@requires_ebpf
+def test_the_bpf_layouts_match_the_python_mirrors() -> None:
+    bpf = load_bpf()
+    try:
+        assert ctypes.sizeof(bpf[b"py_targets"].Leaf) == ctypes.sizeof(pyframes.RkPyTarget)
+        assert ctypes.sizeof(pyframes.RkPyStack) == 8 + 16 * pyframes.MAX_FRAMES
+    finally:
+        bpf.cleanup()
+
+
+def test_a_newer_cpython_is_detected_and_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    python = interpreter("3.13.0")
+    decoder = pyframes.FrameDecoder()
+    with running(python) as first, running(python) as second, caplog.at_level(logging.WARNING):
+        proc = pyframes.detect(first.pid)
+        assert proc is not None and proc.version == (3, 13) and not proc.supported
+        assert proc.path.endswith("libpython3.13.so.1.0") and proc.runtime > 0
+        assert decoder.register(first.pid) is None and decoder.register(second.pid) is None
+        assert decoder.frames(first.pid, bytes(ctypes.sizeof(pyframes.RkPyStack))) == []
+    told = [r.getMessage() for r in caplog.records if "3.10-3.12 only" in r.getMessage()]
+    assert len(told) == 1 and "CPython 3.13" in told[0]
+
+
+def test_a_process_that_runs_no_python_is_not_a_target() -> None:
+    with subprocess.Popen(["sleep", "30"]) as proc:
+        try:
+            assert pyframes.detect(proc.pid) is None
+        finally:
+            proc.kill()
+    assert pyframes.detect(2**22 + 7) is None  # no such pid
+
+
+def test_runtime_address_is_where_the_interpreter_keeps_its_state() -> None:
+    """``_PyRuntime`` found from outside equals what ctypes finds inside, for a shared libpython
+    (pyenv) and a non-PIE executable (Debian's python3)."""
+    probe = ("import ctypes,json,os,sys; print(json.dumps({'pid': os.getpid(), 'at': "
+             "ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, '_PyRuntime'))}), flush=True); "
+             "sys.stdin.readline()")
+    for version in ("3.11.7", "system"):
+        python = interpreter(version)
+        proc = subprocess.Popen([python, "-c", probe], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True)
+        try:
+            assert proc.stdout is not None
+            told = json.loads(proc.stdout.readline())
+            found = pyframes.detect(told["pid"])
+            assert found is not None and found.runtime == told["at"], (version, found, told)
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def test_forget_drops_a_process() -> None:
+    decoder = pyframes.FrameDecoder()
+    with running(interpreter("3.11.7")) as prog:
+        assert decoder.register(prog.pid) is not None
+        decoder.forget(prog.pid)
+        assert prog.pid not in decoder._procs
+
+
+# --- cost per hit (not a test: `python tests/test_agent_pyframes.py [version ...]`) ---------------------
+
+TINY = (".globl tiny_call\n.type tiny_call,@function\ntiny_call:\npush %rbp\nmov %rsp,%rbp\npop %rbp\nret\n"
+        ".section .note.GNU-stack,\"\",@progbits\n")
+"""A C-callable function whose first instruction the kernel emulates (``push %rbp``), so a hit costs the
+uprobe and the program, not a single-step (libc's ``nanosleep`` begins with ``sub $8,%rsp``)."""
+
+TIMED = """
+import ctypes, sys, time
+sys.path.insert(0, {dir!r})
+import pyframes_prog as p
+p.report = lambda chain, fn: None
+p.probed = ctypes.CDLL({lib!r}).tiny_call
+def nest(k):
+    return p.train_step() if k == 0 else nest(k - 1)
+def loop(n):
+    for _ in range(n):
+        nest({depth})
+print("ready", flush=True)
+sys.stdin.readline()
+for _ in range(3):
+    best = []
+    for _ in range(15):
+        t = time.perf_counter_ns()
+        loop(5000)
+        best.append((time.perf_counter_ns() - t) / 5000)
+    best.sort()
+    print(best[len(best) // 2], flush=True)
+sys.stdin.readline()
+"""
+
+
+def _per_call(python: str, lib: str, depth: int, bpf: Any, fn: str | None) -> float:
+    """Best of three medians of 15 runs of 5,000 calls: ns per call at ``depth`` + 6 Python frames."""
+    text = TIMED.format(dir=str(PROG.parent), lib=lib, depth=depth)
+    proc = subprocess.Popen([python, "-c", text], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline() == "ready\n"
+        if fn is not None:
+            found = pyframes.detect(proc.pid)
+            assert found is not None
+            bpf[b"py_targets"][ctypes.c_uint32(proc.pid)] = found.target()
+            bpf.attach_uprobe(name=lib.encode(), sym=b"tiny_call", fn_name=fn.encode(), pid=proc.pid)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        medians = [float(proc.stdout.readline()) for _ in range(3)]
+        if fn is not None:
+            bpf.detach_uprobe(name=lib.encode(), sym=b"tiny_call", pid=proc.pid)
+        return min(medians)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def measure(versions: list[str]) -> None:
+    """Print, per version, the cost of a probe hit with the walk over an empty probe (same hits)."""
+    import tempfile
+
+    bpf = load_bpf()
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = str(Path(tmp) / "libtiny.so")
+        (Path(tmp) / "tiny.s").write_text(TINY)
+        subprocess.run(["gcc", "-shared", "-o", lib, str(Path(tmp) / "tiny.s")], check=True)
+        try:
+            for version, depth in ((v, d) for v in versions for d in (0, 18)):
+                python = str(python_path(version))
+                none, empty, walk = (min(_per_call(python, lib, depth, bpf, fn) for _ in range(2))
+                                     for fn in (None, "on_call_empty", "on_call_walk"))
+                print(f"{version}, {depth + 6} frames: {none:.0f} ns/call unprobed, empty uprobe "
+                      f"+{empty - none:.0f} ns, walk +{walk - empty:.0f} ns over the empty uprobe",
+                      flush=True)
+        finally:
+            bpf.cleanup()
+
+
+if __name__ == "__main__":
+    measure(sys.argv[1:] or ["3.10.13", "3.11.7", "3.12.1", "system"])
