@@ -17,6 +17,7 @@ from conftest import inproc_echo
 from echo_helpers import TEST_TOKEN
 from test_agent_helpers import requires_ebpf, sim_built
 
+from rankecho.agent.tracker import PENDING_TIMEOUT_NS
 from rankecho.echo.app import Echo
 from rankecho.echo.mcp.rates import load_rates
 from rankecho.echo.mcp.tools import Investigation
@@ -28,6 +29,8 @@ pytestmark = [requires_ebpf, pytest.mark.ebpf]
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "sim" / "scenarios" / "failures"
 HANG_OPEN_S = 3.0
+SETTLED_S = PENDING_TIMEOUT_NS / 1e9 + 2
+"""An answer that has not changed for one agent pending timeout (plus a poll) has every node's calls."""
 """The hang threshold the test asks for (the job's own is max(30 s, 10 steps)): the ranks that entered
 show up ~10 s after the hang (the agent's pending timeout), so this keeps the test short."""
 
@@ -84,10 +87,16 @@ def test_hang_is_named_live_with_the_missing_rank(echo: Echo, tmp_path: Path) ->
     done = threading.Event()
 
     def watch() -> None:
-        """While the job is stuck: ask until the hang is named, then kill the hung rank to end the run."""
+        """While the job is stuck: ask until the hang is named and its answer has held for longer than
+        the agent's pending timeout (each node's agent sends its ranks' open calls up to that long after
+        the other node's: a first answer may lack a node), then kill the hung rank to end the run."""
+        answer, since = None, 0.0
         while not done.wait(1.0):
             found = failures(echo, "sim-fail-hang", min_open_s=HANG_OPEN_S)
-            if found["hangs"]:
+            now_answer = [(h["causal_chain_id"], h["entered"], h["missing"]) for h in found["hangs"]]
+            if now_answer != answer:
+                answer, since = now_answer, time.monotonic()
+            if found["hangs"] and time.monotonic() - since > SETTLED_S:
                 seen.update(found)
                 log = parse_rank_log(rank_log_path(tmp_path, "node-b", 3).read_text(), 3)
                 os.kill(log.pid, signal.SIGKILL)

@@ -295,44 +295,50 @@ def loop(n):
     for _ in range(n):
         nest({depth})
 print("ready", flush=True)
-sys.stdin.readline()
-for _ in range(3):
-    best = []
-    for _ in range(15):
+while sys.stdin.readline() == "round\\n":
+    runs = []
+    for _ in range(7):
         t = time.perf_counter_ns()
-        loop(5000)
-        best.append((time.perf_counter_ns() - t) / 5000)
-    best.sort()
-    print(best[len(best) // 2], flush=True)
-sys.stdin.readline()
+        loop(2000)
+        runs.append((time.perf_counter_ns() - t) / 2000)
+    print(sorted(runs)[3], flush=True)
 """
+"""Prints the median ns per call of 7 runs of 2,000 calls each time it reads ``round``."""
+
+CONFIGS = (None, "on_call_empty", "on_call_walk")
 
 
-def _per_call(python: str, lib: str, depth: int, bpf: Any, fn: str | None) -> float:
-    """Best of three medians of 15 runs of 5,000 calls: ns per call at ``depth`` + 6 Python frames."""
+def _rounds(python: str, lib: str, depth: int, bpf: Any, rounds: int) -> dict[str | None, list[float]]:
+    """ns per call under each configuration (unprobed, empty uprobe, walk), the three taken in turn in one
+    process ``rounds`` times, so load that comes and goes hits all three alike."""
     text = TIMED.format(dir=str(PROG.parent), lib=lib, depth=depth)
     proc = subprocess.Popen([python, "-c", text], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    out: dict[str | None, list[float]] = {fn: [] for fn in CONFIGS}
     try:
         assert proc.stdout is not None and proc.stdin is not None
         assert proc.stdout.readline() == "ready\n"
-        if fn is not None:
-            found = pyframes.detect(proc.pid)
-            assert found is not None
-            bpf[b"py_targets"][ctypes.c_uint32(proc.pid)] = found.target()
-            bpf.attach_uprobe(name=lib.encode(), sym=b"tiny_call", fn_name=fn.encode(), pid=proc.pid)
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-        medians = [float(proc.stdout.readline()) for _ in range(3)]
-        if fn is not None:
-            bpf.detach_uprobe(name=lib.encode(), sym=b"tiny_call", pid=proc.pid)
-        return min(medians)
+        found = pyframes.detect(proc.pid)
+        assert found is not None
+        bpf[b"py_targets"][ctypes.c_uint32(proc.pid)] = found.target()
+        for _ in range(rounds):
+            for fn in CONFIGS:
+                if fn is not None:
+                    bpf.attach_uprobe(name=lib.encode(), sym=b"tiny_call", fn_name=fn.encode(), pid=proc.pid)
+                proc.stdin.write("round\n")
+                proc.stdin.flush()
+                out[fn].append(float(proc.stdout.readline()))
+                if fn is not None:
+                    bpf.detach_uprobe(name=lib.encode(), sym=b"tiny_call", pid=proc.pid)
+        return out
     finally:
         proc.kill()
         proc.wait()
 
 
-def measure(versions: list[str]) -> None:
-    """Print, per version, the cost of a probe hit with the walk over an empty probe (same hits)."""
+def measure(versions: list[str], rounds: int = 15) -> None:
+    """Print, per version and depth, the median over rounds of: ns per call unprobed, what an empty
+    uprobe adds, and what the walk adds over the empty uprobe (with the rounds' quartiles)."""
+    import statistics
     import tempfile
 
     bpf = load_bpf()
@@ -342,12 +348,15 @@ def measure(versions: list[str]) -> None:
         subprocess.run(["gcc", "-shared", "-o", lib, str(Path(tmp) / "tiny.s")], check=True)
         try:
             for version, depth in ((v, d) for v in versions for d in (0, 18)):
-                python = str(python_path(version))
-                none, empty, walk = (min(_per_call(python, lib, depth, bpf, fn) for _ in range(2))
-                                     for fn in (None, "on_call_empty", "on_call_walk"))
-                print(f"{version}, {depth + 6} frames: {none:.0f} ns/call unprobed, empty uprobe "
-                      f"+{empty - none:.0f} ns, walk +{walk - empty:.0f} ns over the empty uprobe",
-                      flush=True)
+                got = _rounds(str(python_path(version)), lib, depth, bpf, rounds)
+                none, empty, walk = (got[fn] for fn in CONFIGS)
+                probe = [e - n for n, e in zip(none, empty, strict=True)]
+                added = sorted(w - e for e, w in zip(empty, walk, strict=True))
+                q = statistics.quantiles(added, n=4)
+                med = statistics.median
+                print(f"{version}, {depth + 6} frames: {med(none):.0f} ns/call unprobed, empty uprobe "
+                      f"+{med(probe):.0f} ns, walk +{med(added):.0f} ns over it (quartiles {q[0]:.0f}.."
+                      f"{q[2]:.0f})", flush=True)
         finally:
             bpf.cleanup()
 
