@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
+from rankecho.agent.pyframes import MAX_FRAMES as PY_MAX_FRAMES
 from rankecho.agent.traced import FN, group
 
 
@@ -43,7 +44,9 @@ PAYLOAD_SIZE = 128
 INIT_SIZE = HEADER.size + PAYLOAD_SIZE
 STACK_DEPTH = 64
 """RK_STACK_DEPTH: the deepest user stack a record holds."""
-STACK_SIZE = HEADER.size + 8 * STACK_DEPTH
+PY_STACK_SIZE = 8 + 16 * PY_MAX_FRAMES
+"""struct rk_py_stack (agent/bpf/pyframes.h), at the end of a stack record."""
+STACK_SIZE = HEADER.size + 8 * STACK_DEPTH + PY_STACK_SIZE
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,8 @@ class StackRecord:
     ips: tuple[int, ...]
     ret: int = 0
     """The return address at SP when taken at a function's entry, else 0."""
+    py: bytes = b""
+    """The thread's Python frames as BPF read them (``struct rk_py_stack``; agent/pyframes.py names them)."""
 
 
 Record = CallRecord | InitRecord | OffCpuRecord | ExitRecord | StackRecord
@@ -143,7 +148,8 @@ def decode(raw: bytes) -> Record:
             raise ValueError(f"stack record of {len(raw)} bytes, expected {STACK_SIZE}")
         n = min(a0, STACK_DEPTH)
         ips = struct.unpack_from(f"<{n}Q", raw, HEADER.size)
-        return StackRecord(pid, tid, ts, STACK_SOURCE(extra), _fn(fn), ips, a1)
+        py = bytes(raw[STACK_SIZE - PY_STACK_SIZE : STACK_SIZE])
+        return StackRecord(pid, tid, ts, STACK_SOURCE(extra), _fn(fn), ips, a1, py)
     raise ValueError(f"unknown record kind {kind}")
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rankecho.agent import traced
+from rankecho.agent import pyframes, traced
 from rankecho.agent.prologue import STEP_COST, STEP_FIX, classify, read_code
 from rankecho.agent.traced import TRACED
 
@@ -68,6 +68,7 @@ def program_text() -> str:
     """The C program with its header inlined and the parts generated from :mod:`rankecho.agent.traced` filled
     in, exactly as compiled (minus the ``-D`` knobs)."""
     text = PROGRAM_FILE.read_text().replace('#include "agent.h"\n', HEADER_FILE.read_text())
+    text = text.replace('#include "pyframes.h"\n', pyframes.header_text())
     for marker, generate in GENERATED.items():
         if marker not in text:
             raise RuntimeError(f"{marker.strip()} is missing from {BPF_DIR}: restore it where the generated "

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from rankecho.agent import check, discovery, probes, resource
+from rankecho.agent import check, discovery, probes, pyframes, resource
 from rankecho.agent.clock import ClockConverter
-from rankecho.agent.events import decode
+from rankecho.agent.events import ExitRecord, InitRecord, decode
 from rankecho.agent.export import Delivery, Encoded, ExportConfig, Exporter, encode_batch
 from rankecho.agent.identity import ProcessInfo, read_process, thread_group, thread_name
 from rankecho.agent.journal import JOURNAL_NAME, CommJournal
@@ -95,6 +95,9 @@ class Agent:
         self.explicit: dict[str, set[discovery.LibKey]] = {"nccl": set(), "cuda": set()}
         self.bpf: Any = None
         self.decode_errors = 0
+        self._py_checked: set[int] = set()
+        """Processes already looked at for CPython (dropped at their exit; bounded: starts over past
+        65,536, a second look is harmless)."""
         self._reported_drops = (0, 0)
         self._spool_reported = False
         self._resources: dict[ProcKey, dict[str, AttrValue]] = {}
@@ -214,9 +217,26 @@ class Agent:
                 self.tracker.track(info)
                 self.bpf["targets"][ct.c_uint32(pid)] = ct.c_uint8(1)
 
+    def _python_target(self, pid: int) -> None:
+        """Give BPF a CPython process's interpreter layout the first time one of its records arrives, so
+        its later stacks carry Python frames (agent/pyframes.py; other processes cost one set lookup)."""
+        if len(self._py_checked) >= 65_536:
+            self._py_checked.clear()
+        self._py_checked.add(pid)
+        proc = pyframes.DECODER.register(pid) if self.s.stacks else None
+        if proc is not None and self.bpf is not None:
+            self.bpf["py_targets"][ct.c_uint32(pid)] = proc.target()
+            log.info("pid %d runs CPython %d.%d: its stacks carry Python frames", pid, *proc.version)
+
     def _on_record(self, ctx: Any, data: Any, size: int) -> int:
         try:
-            self.tracker.handle(decode(ct.string_at(data, size)))
+            record = decode(ct.string_at(data, size))
+            pid = record.call.pid if isinstance(record, InitRecord) else record.pid
+            if isinstance(record, ExitRecord):
+                self._py_checked.discard(pid)  # a later process may reuse the pid
+            elif pid not in self._py_checked:
+                self._python_target(pid)
+            self.tracker.handle(record)
         except Exception as err:  # one bad record must not stop the agent
             self.decode_errors += 1
             if self.decode_errors <= 5:

@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rankecho.agent import pyframes
 from rankecho.agent.events import STACK_DEPTH, StackRecord
 from rankecho.shared.stacks import stack_id
 
@@ -59,16 +60,31 @@ def addresses(rec: StackRecord) -> list[int]:
 
 
 def truncated(rec: StackRecord) -> bool:
-    """The walk stopped early: one frame deep (the code has no frame pointers to follow) or at the cap."""
-    return len(rec.ips) <= 1 or len(rec.ips) >= STACK_DEPTH
+    """The walk stopped early: one frame deep (the code has no frame pointers to follow) or at the cap,
+    or the Python walk had more frames than it keeps (``rk_py_stack.truncated``, bytes 6-7)."""
+    python_cut = len(rec.py) >= 8 and int.from_bytes(rec.py[6:8], "little") != 0
+    return len(rec.ips) <= 1 or len(rec.ips) >= STACK_DEPTH or python_cut
+
+
+INTERPRETER = re.compile(r"^(?:ffi_|_ctypes|_?Py|_PyEval|cfunction_|method_vectorcall|\[unknown\])")
+"""Native frames of the interpreter and its C-call machinery (libffi, _ctypes): where the program's own
+native frames end and its Python frames take over."""
+
+
+def merge_python(native: list[str], python: list[str]) -> list[str]:
+    """Innermost first: the native frames the program's code ran (down to the first interpreter frame;
+    the innermost one always), then its Python frames. Without Python frames, the native ones as they
+    are: an interpreter walk that found nothing must not cut a C program's stack."""
+    if not python:
+        return native
+    cut = next((i for i, name in enumerate(native) if i > 0 and INTERPRETER.match(name)), len(native))
+    return native[:cut] + python
 
 
 def python_frames(pid: int, tid: int, rec: StackRecord, native: list[str]) -> list[str]:
-    """Where a CPython thread's Python frames join its native ones (agent/pyframes.py's ``frames_for``
-    supplies them). Until that lands the native frames are returned unchanged; when it does, this is the
-    one place that merges them (innermost first, Python frames outside the native frames that ran
-    inside the interpreter)."""
-    return native
+    """A CPython thread's Python frames (read by BPF with the native walk, named by agent/pyframes.py)
+    joined to its native ones."""
+    return merge_python(native, pyframes.python_frames(pid, rec.py) if rec.py else [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +105,7 @@ class StackKeeper:
         self._resolve = resolve
         self._release = release
         self._python = python
-        self._frames: OrderedDict[tuple[int, int, tuple[int, ...]], tuple[str, bool]] = OrderedDict()
+        self._frames: OrderedDict[tuple[int, int, tuple[int, ...], bytes], tuple[str, bool]] = OrderedDict()
         self._names: dict[tuple[int, int, int], str] = {}
         self._seen: set[str] = set()
 
@@ -110,7 +126,7 @@ class StackKeeper:
         return self._names_of(rec.pid, start, lookups), truncated(rec)
 
     def stack(self, rec: StackRecord, start: int) -> StackInfo:
-        key = (rec.pid, start, (*rec.ips, rec.ret))
+        key = (rec.pid, start, (*rec.ips, rec.ret), rec.py)  # one native path runs many Python ones
         hit = self._frames.get(key)
         if hit is None:
             native, cut = self.frames(rec, start)
@@ -134,4 +150,5 @@ class StackKeeper:
             del self._frames[key]
         for name in [k for k in self._names if k[0] == pid]:
             del self._names[name]
+        pyframes.forget(pid)
         self._release(pid)

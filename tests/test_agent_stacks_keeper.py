@@ -12,9 +12,19 @@ import pytest
 from test_agent_helpers import requires_ebpf
 from test_agent_tracker import MS, Rank
 
-from rankecho.agent.events import FN, HEADER, KIND, STACK_DEPTH, STACK_SIZE, STACK_SOURCE, StackRecord, decode
+from rankecho.agent.events import (
+    FN,
+    HEADER,
+    KIND,
+    PY_STACK_SIZE,
+    STACK_DEPTH,
+    STACK_SIZE,
+    STACK_SOURCE,
+    StackRecord,
+    decode,
+)
 from rankecho.agent.probes import HEADER_FILE
-from rankecho.agent.stacks import StackKeeper, addresses, normalise, truncated
+from rankecho.agent.stacks import StackKeeper, addresses, merge_python, normalise, truncated
 from rankecho.agent.symbols import SymbolClient
 from rankecho.agent.window import WindowKeeper
 from rankecho.shared import contract as c
@@ -75,10 +85,21 @@ def test_frames_are_named_by_content_and_shipped_once() -> None:
 def test_a_stack_record_round_trips_and_its_depth_matches_the_c_header() -> None:
     assert f"#define RK_STACK_DEPTH {STACK_DEPTH}" in HEADER_FILE.read_text()
     head = HEADER.pack(11, 0, 3, 0x2000, 0, 0, 100, 101, KIND.STACK, FN.MALLOC, STACK_SOURCE.CALL, 0)
-    raw = head + struct.pack("<3Q", 0x1000, 0x3000, 0x4000) + bytes(8 * (STACK_DEPTH - 3))
+    py = struct.pack("<IHH", 2, 0, 0) + bytes(PY_STACK_SIZE - 8)  # the Python walk's part, at the end
+    raw = head + struct.pack("<3Q", 0x1000, 0x3000, 0x4000) + bytes(8 * (STACK_DEPTH - 3)) + py
     assert len(raw) == STACK_SIZE
     ips = (0x1000, 0x3000, 0x4000)
-    assert decode(raw) == StackRecord(100, 101, 11, STACK_SOURCE.CALL, FN.MALLOC, ips, 0x2000)
+    assert decode(raw) == StackRecord(100, 101, 11, STACK_SOURCE.CALL, FN.MALLOC, ips, 0x2000, py)
+
+
+def test_python_frames_take_over_where_the_interpreter_begins() -> None:
+    native = ["cudaMalloc", "ffi_call_unix64", "[unknown]", "_PyEval_EvalFrameDefault"]
+    python = ["pyrank.py:allocate_cache:87", "pyrank.py:run_step:120", "pyrank.py:main:200"]
+    assert merge_python(native, python) == ["cudaMalloc", *python]
+    assert merge_python(["[unknown]", "[unknown]"], python) == ["[unknown]", *python]  # innermost stays
+    assert merge_python(native, []) == native  # no Python walk: the native stack as it is
+    c_program = ["cudaMalloc", "allocate_cache", "run_step", "main"]
+    assert merge_python(c_program, python) == [*c_program, *python]
 
 
 def test_ids_land_on_points_and_the_breakdown_names_each_class_stack() -> None:

@@ -77,3 +77,16 @@ def test_python_and_c_ranks_are_diagnosed_alike(runs: dict[str, Any]) -> None:
     for top in (top_py, top_c):
         assert planted <= {e["step"] for e in top["episodes"]}, top["episodes"]
         assert (top["node_id"], top["side"]) == ("node-b", "host")
+
+
+@pytest.mark.parametrize("program", ["python", "c"])
+def test_the_straggler_cause_names_the_function_the_fault_ran_in(runs: dict[str, Any], program: str) -> None:
+    """Issue 23's end to end: the agent's stacks (native, and Python frames read by BPF in the Python rank)
+    through Echo to find_stragglers' cause: its leading frames hold the ground truth's frame."""
+    truth = runs[program]["result"].truth
+    frame = truth["faults"][0]["frame"]  # allocate_cache, or pyrank.py:allocate_cache:<line>
+    top = runs[program]["found"]["stragglers"][0]
+    lead = top["cause"]["leading_frames"]
+    assert lead is not None and lead.split(" <- ")[0] == "cudaMalloc", top["cause"]
+    assert frame in lead.split(" <- "), (frame, top["cause"])
+    assert frame in top["summary"], top["summary"]

@@ -18,6 +18,7 @@
  */
 #include <uapi/linux/ptrace.h>
 #include <uapi/linux/bpf_perf_event.h>
+#include "pyframes.h"
 #include "agent.h"
 
 #ifndef OFFCPU_MIN_NS
@@ -138,6 +139,7 @@ static __always_inline struct rk_stack_event *take_stack(void *ctx, u64 sp, u64 
     s->h.fn = fn;
     s->h.extra = source;
     s->h.launches = 0;
+    rk_py_walk(s->h.pid, s->h.tid, &s->py); /* a no-op lookup for a process that runs no CPython */
     return s;
 }
 #endif

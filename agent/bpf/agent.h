@@ -57,6 +57,7 @@ struct rk_event {
 struct rk_stack_event {
     struct rk_event h;
     __u64 ips[RK_STACK_DEPTH];
+    struct rk_py_stack py; /* the thread's Python frames (agent/bpf/pyframes.h); n = 0 outside CPython */
 };
 
 /* KIND_COMM_INIT: ncclUniqueId bytes (InitRank*), or up to 16 comm handles (InitAll). */
