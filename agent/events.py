@@ -46,7 +46,9 @@ STACK_DEPTH = 64
 """RK_STACK_DEPTH: the deepest user stack a record holds."""
 PY_STACK_SIZE = 8 + 16 * PY_MAX_FRAMES
 """struct rk_py_stack (agent/bpf/pyframes.h), at the end of a stack record."""
-STACK_SIZE = HEADER.size + 8 * STACK_DEPTH + PY_STACK_SIZE
+SCAN_KEEP = 8
+"""RK_SCAN_KEEP: return addresses kept from the scan above SP."""
+STACK_SIZE = HEADER.size + 8 * STACK_DEPTH + 8 * SCAN_KEEP + PY_STACK_SIZE
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,9 @@ class StackRecord:
     ips: tuple[int, ...]
     ret: int = 0
     """The return address at SP when taken at a function's entry, else 0."""
+    scanned: tuple[int, ...] = ()
+    """Off-CPU and sampled stacks: the return addresses found above the user SP, in stack order
+    (innermost first), the walk's own among them (agent/stacks.py inserts the others)."""
     py: bytes = b""
     """The thread's Python frames as BPF read them (``struct rk_py_stack``; agent/pyframes.py names them)."""
 
@@ -149,7 +154,9 @@ def decode(raw: bytes) -> Record:
         n = min(a0, STACK_DEPTH)
         ips = struct.unpack_from(f"<{n}Q", raw, HEADER.size)
         py = bytes(raw[STACK_SIZE - PY_STACK_SIZE : STACK_SIZE])
-        return StackRecord(pid, tid, ts, STACK_SOURCE(extra), _fn(fn), ips, a1, py)
+        scan_at = HEADER.size + 8 * STACK_DEPTH
+        scanned = tuple(a for a in struct.unpack_from(f"<{SCAN_KEEP}Q", raw, scan_at) if a)
+        return StackRecord(pid, tid, ts, STACK_SOURCE(extra), _fn(fn), ips, a1, scanned, py)
     raise ValueError(f"unknown record kind {kind}")
 
 

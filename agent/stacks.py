@@ -52,11 +52,23 @@ def normalise(name: str) -> str:
 
 
 def addresses(rec: StackRecord) -> list[int]:
-    """The stack's return addresses with the entry's immediate caller inserted where the walk skipped it."""
+    """The stack's return addresses with the callers the frame-pointer walk skipped put back: the entry's
+    immediate caller (``ret``), and each return address found above SP (``scanned``, stack order) that
+    is not one of the walk's own, before the walk frame it precedes on the stack."""
     ips = list(rec.ips)
     if rec.ret and ips and (len(ips) < 2 or ips[1] != rec.ret):
         ips.insert(1, rec.ret)
-    return ips
+    if not rec.scanned or not ips:
+        return ips
+    out, j = ips[:1], 1  # ips[j]: the next walk frame the scan has not reached yet
+    for addr in rec.scanned:
+        if addr in ips[j:]:
+            k = ips.index(addr, j)
+            out += ips[j : k + 1]
+            j = k + 1
+        elif j < len(ips):  # a caller between out[-1] and ips[j]: the walk skipped it
+            out.append(addr)
+    return out + ips[j:]
 
 
 def truncated(rec: StackRecord) -> bool:

@@ -17,6 +17,7 @@ from rankecho.agent.events import (
     HEADER,
     KIND,
     PY_STACK_SIZE,
+    SCAN_KEEP,
     STACK_DEPTH,
     STACK_SIZE,
     STACK_SOURCE,
@@ -86,10 +87,26 @@ def test_a_stack_record_round_trips_and_its_depth_matches_the_c_header() -> None
     assert f"#define RK_STACK_DEPTH {STACK_DEPTH}" in HEADER_FILE.read_text()
     head = HEADER.pack(11, 0, 3, 0x2000, 0, 0, 100, 101, KIND.STACK, FN.MALLOC, STACK_SOURCE.CALL, 0)
     py = struct.pack("<IHH", 2, 0, 0) + bytes(PY_STACK_SIZE - 8)  # the Python walk's part, at the end
-    raw = head + struct.pack("<3Q", 0x1000, 0x3000, 0x4000) + bytes(8 * (STACK_DEPTH - 3)) + py
+    scanned = struct.pack("<2Q", 0x3000, 0x3500) + bytes(8 * (SCAN_KEEP - 2))
+    raw = head + struct.pack("<3Q", 0x1000, 0x3000, 0x4000) + bytes(8 * (STACK_DEPTH - 3)) + scanned + py
     assert len(raw) == STACK_SIZE
     ips = (0x1000, 0x3000, 0x4000)
-    assert decode(raw) == StackRecord(100, 101, 11, STACK_SOURCE.CALL, FN.MALLOC, ips, 0x2000, py)
+    expected = StackRecord(100, 101, 11, STACK_SOURCE.CALL, FN.MALLOC, ips, 0x2000, (0x3000, 0x3500), py)
+    assert decode(raw) == expected
+
+
+def test_return_addresses_found_above_sp_go_between_the_walk_frames_they_lie_between() -> None:
+    """Sampled in the vDSO called from libc's clock_gettime called from spin_host_compute: the walk gives
+    vdso, libc, before, main (spin_host_compute kept %rbp for libc and left no link); the scan above SP
+    found libc's return, spin_host_compute's, before's: spin_host_compute goes between libc and before."""
+    vdso, libc, spin, before, main = 0x10, 0x20, 0x30, 0x40, 0x50
+    walk, scan = (vdso, libc, before, main), (libc, spin, before)
+    sampled = StackRecord(1, 1, 0, STACK_SOURCE.SAMPLE, FN.NONE, walk, 0, scan)
+    assert addresses(sampled) == [vdso, libc, spin, before, main]
+    write = StackRecord(1, 1, 0, STACK_SOURCE.OFFCPU, FN.NONE, (0x11, before, main), 0, (spin,))
+    assert addresses(write) == [0x11, spin, before, main]  # a syscall wrapper: the scan ends early
+    past = StackRecord(1, 1, 0, STACK_SOURCE.OFFCPU, FN.NONE, (0x11, before), 0, (before, 0x99))
+    assert addresses(past) == [0x11, before]  # beyond the walk's last frame: nothing to place it by
 
 
 def test_python_frames_take_over_where_the_interpreter_begins() -> None:

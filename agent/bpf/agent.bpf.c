@@ -139,10 +139,47 @@ static __always_inline struct rk_stack_event *take_stack(void *ctx, u64 sp, u64 
     s->h.fn = fn;
     s->h.extra = source;
     s->h.launches = 0;
+    __builtin_memset(s->scanned, 0, sizeof(s->scanned));
     rk_py_walk(s->h.pid, s->h.tid, &s->py); /* a no-op lookup for a process that runs no CPython */
     return s;
 }
 #endif
+
+/* Is `ret` a return address: do the bytes before it end in a call instruction (call rel32, call
+ * *disp32(%rip), call *%reg, call *%r8-15, call *disp8(%reg))? Rejects almost every stale local. */
+static __always_inline int is_return_address(u64 ret)
+{
+    u8 b[8] = {};
+    if (ret < 8 || bpf_probe_read_user(b, sizeof(b), (void *)(ret - 8)) != 0)
+        return 0;
+    return b[3] == 0xe8 || (b[2] == 0xff && b[3] == 0x15) || (b[6] == 0xff && (b[7] & 0xf8) == 0xd0) ||
+           (b[5] == 0x41 && b[6] == 0xff && (b[7] & 0xf8) == 0xd0) || (b[5] == 0xff && (b[6] & 0xf8) == 0x50);
+}
+
+#define SCAN_WORDS 32
+/* A stack taken inside a function without frame pointers (a libc wrapper, code the vDSO calls back from)
+ * loses callers: the frame-pointer walk follows saved %rbp values, and a function that kept %rbp for its
+ * caller leaves no link to itself. Its return address is still on the stack. So off-CPU and sampled
+ * stacks also carry the words from the interrupted thread's user SP (bpf_task_pt_regs) up that pass
+ * is_return_address, in stack order, the walk's own return addresses among them: user space inserts the
+ * others between the walk's frames they lie between (agent/stacks.py). */
+static __always_inline void scan_callers(struct rk_stack_event *s)
+{
+    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+    u64 sp = 0;
+    bpf_probe_read_kernel(&sp, sizeof(sp), &regs->sp);
+    u64 words[SCAN_WORDS] = {};
+    if (!sp || bpf_probe_read_user(words, sizeof(words), (void *)sp) != 0)
+        return;
+    u32 found = 0;
+#pragma unroll
+    for (int i = 0; i < SCAN_WORDS; i++) {
+        if (found >= RK_SCAN_KEEP)
+            break;
+        if (words[i] > 0xffff && is_return_address(words[i]))
+            s->scanned[found++ & (RK_SCAN_KEEP - 1)] = words[i];
+    }
+}
 
 /* Which calls take a stack at entry: 2 = always shipped (collectives), 1 = shipped when the call lasted
  * at least STACK_CALL_MIN_NS (the CUDA calls that can be long), 0 = none. Generated from agent/traced.py. */
@@ -321,8 +358,10 @@ TRACEPOINT_PROBE(sched, sched_switch)
             /* current is still prev here: its user stack is where it blocked or was preempted. */
             if (stack_threads.lookup(&prev)) {
                 struct rk_stack_event *s = take_stack(args, 0, now, o.call, STACK_OFFCPU);
-                if (s)
+                if (s) {
+                    scan_callers(s);
                     off_stacks.update(&prev, s);
+                }
             }
 #endif
         }
@@ -417,8 +456,10 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
     if (!tgid || !targets.lookup(&tgid))
         return 0;
     struct rk_stack_event *s = take_stack(ctx, 0, bpf_ktime_get_ns(), 0, STACK_SAMPLE);
-    if (s)
+    if (s) {
+        scan_callers(s);
         submit(s, sizeof(*s));
+    }
     return 0;
 }
 #endif

@@ -49,6 +49,8 @@ struct rk_event {
  * native frames) while bounding the walk at ~5 us and the record at 584 bytes; the kernel's own
  * limit is 127 (kernel.perf_event_max_stack). A stack that fills it is marked truncated. */
 #define RK_STACK_DEPTH 64
+/* Return addresses kept from the scan above SP of an off-CPU or sampled stack (a power of two). */
+#define RK_SCAN_KEEP 8
 
 /* KIND_STACK: h.ts = ts of the record it belongs to (call entry, switch-out, sample time), h.fn = the
  * call, h.a0 = frames walked, h.a1 = the return address at SP when taken at a function's entry (0
@@ -57,6 +59,7 @@ struct rk_event {
 struct rk_stack_event {
     struct rk_event h;
     __u64 ips[RK_STACK_DEPTH];
+    __u64 scanned[RK_SCAN_KEEP]; /* off-CPU and sampled stacks: return addresses above SP (scan_callers) */
     struct rk_py_stack py; /* the thread's Python frames (agent/bpf/pyframes.h); n = 0 outside CPython */
 };
 

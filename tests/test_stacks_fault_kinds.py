@@ -1,0 +1,58 @@
+"""Issue 23's acceptance on the C rank: for each fault kind, a short run of its scenario with real agents
+into a real Echo, and find_stragglers' cause for the planted rank names, in its leading frames, the
+function the ground truth says the fault ran in (sim/faultsites.py). The Python rank's allocator case is
+in test_sim_pyrank_diagnosis.py."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import inproc_echo
+from echo_helpers import TEST_TOKEN
+from test_agent_helpers import requires_ebpf, sim_built
+
+from rankecho.echo.mcp.rates import load_rates
+from rankecho.echo.mcp.tools import Investigation
+from rankecho.sim.launcher import LaunchOptions, run_scenario
+from rankecho.sim.scenario import load_scenario
+
+pytestmark = [requires_ebpf, pytest.mark.ebpf]
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "sim" / "scenarios"
+KINDS = ["alloc-stall", "dataloader-stall", "host-compute", "cpu-contention", "slow-gpu"]
+STEPS = 40
+"""Faults fire at steps 5, 15, 25 and 35: four episodes, enough for a straggler, short enough to run."""
+
+
+@pytest.fixture(scope="module")
+def found(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    sim_built()
+    tmp = tmp_path_factory.mktemp("stack-kinds")
+    out: dict[str, Any] = {}
+    with inproc_echo(tmp / "echo.db") as echo:
+        for name in KINDS:
+            scenario = dataclasses.replace(load_scenario(SCENARIOS / f"{name}.yaml"), steps=STEPS)
+            opts = LaunchOptions(run_dir=tmp / name, agent_endpoint=echo.grpc_address, token=TEST_TOKEN,
+                                 timeout_s=240, progress=None)  # fmt: skip
+            result = run_scenario(scenario, opts)
+            assert result.returncode == 0 and result.truth is not None, name
+            answer = Investigation(echo.reader, load_rates()).diagnosis.find_stragglers(
+                cluster_id=scenario.cluster_id
+            )
+            out[name] = {"truth": result.truth, "answer": answer}
+        yield out
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_the_cause_names_the_function_the_fault_ran_in(found: dict[str, Any], name: str) -> None:
+    truth, answer = found[name]["truth"], found[name]["answer"]
+    [fault] = truth["faults"]
+    top = answer["stragglers"][0]
+    print(name, "|", top["summary"])
+    assert top["rank"] == fault["rank"], [s["summary"] for s in answer["stragglers"]]
+    lead = top["cause"]["leading_frames"]
+    assert lead is not None and fault["function"] in lead.split(" <- "), (fault, top["cause"])
