@@ -31,7 +31,7 @@ MAX_FRAMES = 24
 """``RK_PY_MAX_FRAMES`` of the header (compile with ``-DRK_PY_MAX_FRAMES=`` to change both)."""
 NONE = 0xFFFF
 FRAME_SHIM = 1
-STATUS_OK, STATUS_NO_TARGET, STATUS_NO_THREAD = 0, 1, 2
+STATUS_OK, STATUS_NO_TARGET, STATUS_NO_THREAD, STATUS_READ_FAIL = 0, 1, 2, 3
 PTHREAD_TID = 0x2D0
 """glibc 2.36 x86-64 ``struct pthread.tid`` (3.10 only; :func:`detect` re-measures it per process)."""
 UNKNOWN_LINE = 0
@@ -377,7 +377,7 @@ class FrameDecoder:
         stack = raw if isinstance(raw, RkPyStack) else RkPyStack.from_buffer_copy(
             bytes(raw)[:ctypes.sizeof(RkPyStack)])
         proc = self.register(pid)
-        if proc is None or stack.status != STATUS_OK:
+        if proc is None:  # a failed read keeps the frames read before it
             return []
         out = []
         for frame in stack.frames[:min(stack.n, MAX_FRAMES)]:
