@@ -249,6 +249,67 @@ def test_the_bpf_layouts_match_the_python_mirrors() -> None:
         bpf.cleanup()
 
 
+LINES_CHECK = """
+import importlib.util, sys, types, json, email.message, json.decoder, inspect
+spec = importlib.util.spec_from_file_location("pf", sys.argv[1])
+pf = importlib.util.module_from_spec(spec)
+sys.modules["pf"] = pf
+spec.loader.exec_module(pf)
+lookup = pf.line_310 if sys.version_info[:2] == (3, 10) else pf.line_311
+def codes(co):
+    yield co
+    for c in co.co_consts:
+        if isinstance(c, types.CodeType):
+            yield from codes(c)
+checked = wrong = 0
+for mod in (email.message, json.decoder, inspect):
+    for co in codes(compile(open(mod.__file__).read(), mod.__file__, "exec")):
+        for start, end, line in co.co_lines():
+            for offset in range(start, end, 2):
+                checked += 1
+                wrong += lookup(co.co_linetable, co.co_firstlineno, offset) != line
+print(json.dumps([checked, wrong]))
+"""
+
+
+@pytest.mark.parametrize("version", ["3.10.13", "3.11.7", "3.12.1", "system"])
+def test_line_tables_decode_as_the_interpreter_does(version: str) -> None:
+    """The decoders, run inside each interpreter on its own code objects, agree with ``co_lines()`` on
+    every instruction of three stdlib modules."""
+    done = subprocess.run([interpreter(version), "-c", LINES_CHECK, pyframes.__file__], capture_output=True,
+                          text=True, check=True)
+    checked, wrong = json.loads(done.stdout)
+    assert checked > 10_000 and wrong == 0
+
+
+NAMES = """
+import json, sys
+def größe(): pass
+def 名前(): pass
+print(json.dumps({n: id(f.__code__) for n, f in (("größe", größe), ("名前", 名前))}), flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("version", ["3.10.13", "3.11.7", "3.12.1"])
+def test_code_objects_are_read_from_the_process_with_non_ascii_names(version: str, tmp_path: Path) -> None:
+    script = tmp_path / "módulo.py"
+    script.write_text(NAMES, encoding="utf-8")
+    proc = subprocess.Popen([interpreter(version), str(script)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, encoding="utf-8")
+    try:
+        assert proc.stdout is not None
+        codes = json.loads(proc.stdout.readline())
+        found = pyframes.detect(proc.pid)
+        assert found is not None
+        for line, (name, addr) in enumerate(codes.items(), start=3):
+            code = pyframes.read_code(proc.pid, pyframes.LAYOUTS[found.version], addr)
+            assert (code.filename, code.name, code.firstlineno) == ("módulo.py", name, line)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_newer_cpython_is_detected_and_said_once(caplog: pytest.LogCaptureFixture) -> None:
     python = interpreter("3.13.0")
     decoder = pyframes.FrameDecoder()
