@@ -145,15 +145,27 @@ def load_bpf(text: str = BPF_TEXT) -> Any:
 
 
 @dataclass
+class Hit:
+    """One record: its decoded frames, status, truncated flag and the positions of frames marked shim."""
+
+    frames: list[str]
+    status: int
+    truncated: int
+    shims: list[int]
+
+
+@dataclass
 class Capture:
-    """What one run under one interpreter gave: the program's report and, per thread id, each hit's
-    decoded frames with the record's status and truncated flag."""
+    """What one run under one interpreter gave: the program's report and each thread's hits."""
 
     report: dict[str, Any]
-    hits: dict[int, list[tuple[list[str], int, int]]]
+    hits: dict[int, list[Hit]]
+
+    def of(self, chain: str) -> list[Hit]:
+        return self.hits.get(self.report["tids"][chain], [])
 
     def seen(self, chain: str) -> list[list[str]]:
-        return [frames for frames, _, _ in self.hits.get(self.report["tids"][chain], [])]
+        return [hit.frames for hit in self.of(chain)]
 
 
 def capture(python: str, go: str = f"go {CALLS}", text: str = BPF_TEXT) -> Capture:
@@ -179,11 +191,12 @@ def capture(python: str, go: str = f"go {CALLS}", text: str = BPF_TEXT) -> Captu
             report = prog.receive()
             bpf.ring_buffer_consume()
             decoder = pyframes.FrameDecoder()
-            hits: dict[int, list[tuple[list[str], int, int]]] = {}
+            hits: dict[int, list[Hit]] = {}
             for tid, raw in raws:
                 stack = pyframes.RkPyStack.from_buffer_copy(raw)
-                named = decoder.frames(prog.pid, raw)
-                hits.setdefault(tid, []).append((named, stack.status, stack.truncated))
+                shims = [i for i in range(stack.n) if stack.frames[i].flags & pyframes.FRAME_SHIM]
+                hits.setdefault(tid, []).append(
+                    Hit(decoder.frames(prog.pid, raw), stack.status, stack.truncated, shims))
             prog.send("exit")
             return Capture(report, hits)
     finally:
@@ -198,12 +211,16 @@ def test_frames_are_the_python_call_chain_with_lines_on_both_threads(version: st
     assert [f.split(":")[1] for f in expected["main"]] == [
         "allocate_cache", "forward", "train_step", "nest", "main_loop", "main", "<module>"]
     assert [f.split(":")[1] for f in expected["loader"][:3]] == ["read_shard", "fetch_batch", "loader_loop"]
-    assert all(status == pyframes.STATUS_OK for hits in got.hits.values() for _, status, _ in hits)
+    assert all(hit.status == pyframes.STATUS_OK for hits in got.hits.values() for hit in hits)
     for chain in ("main", "loader"):
         seen = got.seen(chain)
         assert len(seen) == CALLS, (chain, len(seen))
         for frames in seen:
             assert frames == expected[chain], (chain, frames)
+    # 3.12 puts a shim frame where C enters the interpreter: below the generator resumed by next() and
+    # below each thread's first frame; they were marked in BPF and dropped in user space.
+    shims = {chain: got.of(chain)[0].shims for chain in ("main", "loader")}
+    assert shims == ({"main": [7], "loader": [2, 7]} if version == "3.12.1" else {"main": [], "loader": []})
 
 
 @requires_ebpf
@@ -211,10 +228,11 @@ def test_a_deeper_stack_keeps_its_innermost_frames_and_says_truncated() -> None:
     got = capture(interpreter("3.12.1"), f"go 5 0 {pyframes.MAX_FRAMES + 6}")
     expected = got.report["expected"]["main"]
     assert len(expected) > pyframes.MAX_FRAMES
-    hits = got.hits[got.report["tids"]["main"]]
+    hits = got.of("main")
     assert len(hits) == 5
-    for frames, status, truncated in hits:
-        assert (frames, status, truncated) == (expected[:pyframes.MAX_FRAMES], pyframes.STATUS_OK, 1)
+    innermost = expected[:pyframes.MAX_FRAMES]
+    for hit in hits:
+        assert (hit.frames, hit.status, hit.truncated) == (innermost, pyframes.STATUS_OK, 1)
 
 
 @requires_ebpf
