@@ -315,6 +315,14 @@ def line_311(table: bytes, firstlineno: int, offset: int) -> int | None:
 
 
 def _read_str(fd: int, lay: Layout, addr: int) -> str:
+    """A compact str object's text, control characters replaced (frames are joined with newlines)."""
+    return _CONTROL.sub("?", _read_raw_str(fd, lay, addr))
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _read_raw_str(fd: int, lay: Layout, addr: int) -> str:
     head = _read(fd, addr, 40)
     length, = struct.unpack_from("<q", head, 16)
     state, = struct.unpack_from("<I", head, 32)
