@@ -345,9 +345,25 @@ def test_runtime_address_is_where_the_interpreter_keeps_its_state() -> None:
             proc.wait()
 
 
-def test_forget_drops_a_process() -> None:
-    decoder = pyframes.FrameDecoder()
-    with running(interpreter("3.11.7")) as prog:
-        assert decoder.register(prog.pid) is not None
-        decoder.forget(prog.pid)
-        assert prog.pid not in decoder._procs
+def test_records_decode_in_user_space_and_forget_drops_the_process(tmp_path: Path) -> None:
+    """Without eBPF: a record built by hand from a live process's code objects names them; a frame whose
+    code object cannot be read says so and is not cached; a shim frame is dropped; forget clears it all."""
+    script = tmp_path / "módulo.py"
+    script.write_text(NAMES, encoding="utf-8")
+    with subprocess.Popen([interpreter("3.12.1"), str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True, encoding="utf-8") as proc:
+        try:
+            assert proc.stdout is not None
+            codes = list(json.loads(proc.stdout.readline()).values())
+            stack = pyframes.RkPyStack(n=3)
+            stack.frames[0] = pyframes.RkPyFrame(codes[0], 0, 0)
+            stack.frames[1] = pyframes.RkPyFrame(0x10, 0, 0)
+            stack.frames[2] = pyframes.RkPyFrame(codes[1], 0, pyframes.FRAME_SHIM)
+            decoder = pyframes.FrameDecoder()
+            for raw in (stack, bytes(stack)):
+                assert decoder.frames(proc.pid, raw) == ["módulo.py:größe:3", "?:0x10:0"]
+            assert (proc.pid, 0x10, 0) not in decoder._names and (proc.pid, codes[0], 0) in decoder._names
+            decoder.forget(proc.pid)
+            assert not decoder._names and not decoder._codes and proc.pid not in decoder._procs
+        finally:
+            proc.kill()
