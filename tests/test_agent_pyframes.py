@@ -179,6 +179,7 @@ def capture(python: str, go: str = f"go {CALLS}", text: str = BPF_TEXT) -> Captu
 
 
 @requires_ebpf
+@pytest.mark.ebpf
 @pytest.mark.parametrize("version", ["3.10.13", "3.11.7", "3.12.1", "system"])
 def test_frames_are_the_python_call_chain_with_lines_on_both_threads(version: str) -> None:
     got = capture(interpreter(version))
@@ -199,6 +200,7 @@ def test_frames_are_the_python_call_chain_with_lines_on_both_threads(version: st
 
 
 @requires_ebpf
+@pytest.mark.ebpf
 def test_a_deeper_stack_keeps_its_innermost_frames_and_says_truncated() -> None:
     got = capture(interpreter("3.12.1"), f"go 5 0 {pyframes.MAX_FRAMES + 6}")
     expected = got.report["expected"]["main"]
@@ -211,6 +213,7 @@ def test_a_deeper_stack_keeps_its_innermost_frames_and_says_truncated() -> None:
 
 
 @requires_ebpf
+@pytest.mark.ebpf
 @pytest.mark.parametrize("version", ["3.10.13", "3.11.7"])
 def test_the_main_thread_is_found_behind_many_newer_threads(version: str) -> None:
     """Thread states are listed newest first, so the main thread's is the last of 22 here."""
@@ -220,6 +223,7 @@ def test_the_main_thread_is_found_behind_many_newer_threads(version: str) -> Non
 
 
 @requires_ebpf
+@pytest.mark.ebpf
 @pytest.mark.parametrize("version", ["3.10.13", "3.12.1"])
 def test_a_thread_that_blocks_shows_its_frames_at_switch_out(version: str) -> None:
     """From ``sched_switch`` (the context of the task going off the CPU), as the agent's off-CPU capture
@@ -233,6 +237,7 @@ def test_a_thread_that_blocks_shows_its_frames_at_switch_out(version: str) -> No
 
 
 @requires_ebpf
+@pytest.mark.ebpf
 def test_the_bpf_layouts_match_the_python_mirrors() -> None:
     bpf = load_bpf()
     try:
