@@ -31,7 +31,7 @@ MAX_FRAMES = 24
 """``RK_PY_MAX_FRAMES`` of the header (compile with ``-DRK_PY_MAX_FRAMES=`` to change both)."""
 NONE = 0xFFFF
 FRAME_SHIM = 1
-STATUS_OK, STATUS_NO_TARGET, STATUS_NO_THREAD = 0, 1, 2
+STATUS_OK, STATUS_NO_TARGET, STATUS_NO_THREAD, STATUS_READ_FAIL = 0, 1, 2, 3
 PTHREAD_TID = 0x2D0
 """glibc 2.36 x86-64 ``struct pthread.tid`` (3.10 only; :func:`detect` re-measures it per process)."""
 UNKNOWN_LINE = 0
@@ -131,32 +131,26 @@ def elf_symbol(path: str, name: str) -> tuple[int, bool, int] | None:
     """``(value, is_pie_or_shared, first PT_LOAD vaddr)`` of a defined ``.dynsym`` symbol of a 64-bit
     little-endian ELF file, or None. Read from the file (x86-64 only, like the offsets)."""
     with open(path, "rb") as f:
-        data = f.read(64)
-        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        def at(offset: int, size: int) -> bytes:
+            f.seek(offset)
+            return f.read(size)
+
+        head = at(0, 64)
+        if head[:6] != b"\x7fELF\x02\x01":
             return None
-        e_type, = struct.unpack_from("<H", data, 16)
-        phoff, shoff = struct.unpack_from("<QQ", data, 32)
-        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 54)
-        f.seek(phoff)
-        phdrs = f.read(phentsize * phnum)
+        (e_type,), (phoff, shoff) = struct.unpack_from("<H", head, 16), struct.unpack_from("<QQ", head, 32)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 54)
+        phdrs, shdrs = at(phoff, phentsize * phnum), at(shoff, shentsize * shnum)
         loads = [struct.unpack_from("<IIQQ", phdrs, i * phentsize) for i in range(phnum)]
-        first_vaddr = min((p[3] for p in loads if p[0] == PT_LOAD), default=0)
-        f.seek(shoff)
-        shdrs = f.read(shentsize * shnum)
-        want = name.encode()
-        for i in range(shnum):
-            sh = struct.unpack_from("<IIQQQQIIQQ", shdrs, i * shentsize)
-            if sh[1] != SHT_DYNSYM:
-                continue
-            link = struct.unpack_from("<IIQQQQIIQQ", shdrs, sh[6] * shentsize)
-            f.seek(link[4])
-            strings = f.read(link[5])
-            f.seek(sh[4])
-            table = f.read(sh[5])
+        first_vaddr = min((p[3] for p in loads if p[0] == PT_LOAD), default=0) & ~0xFFF
+        sections = [struct.unpack_from("<IIQQQQIIQQ", shdrs, i * shentsize) for i in range(shnum)]
+        want = name.encode() + b"\0"
+        for sh in (sh for sh in sections if sh[1] == SHT_DYNSYM):
+            strings, table = at(sections[sh[6]][4], sections[sh[6]][5]), at(sh[4], sh[5])
             for off in range(0, len(table) - 23, 24):
-                st_name, _info, _other, shndx, value, _size = struct.unpack_from("<IBBHQQ", table, off)
-                if shndx and strings[st_name:st_name + len(want) + 1] == want + b"\0":
-                    return value, e_type != ET_EXEC, first_vaddr & ~0xFFF
+                st_name, _, _, shndx, value, _ = struct.unpack_from("<IBBHQQ", table, off)
+                if shndx and strings[st_name:st_name + len(want)] == want:
+                    return value, e_type != ET_EXEC, first_vaddr
     return None
 
 
@@ -315,6 +309,14 @@ def line_311(table: bytes, firstlineno: int, offset: int) -> int | None:
 
 
 def _read_str(fd: int, lay: Layout, addr: int) -> str:
+    """A compact str object's text, control characters replaced (frames are joined with newlines)."""
+    return _CONTROL.sub("?", _read_raw_str(fd, lay, addr))
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _read_raw_str(fd: int, lay: Layout, addr: int) -> str:
     head = _read(fd, addr, 40)
     length, = struct.unpack_from("<q", head, 16)
     state, = struct.unpack_from("<I", head, 32)
@@ -354,7 +356,7 @@ class FrameDecoder:
 
     def __init__(self) -> None:
         self._procs: dict[int, PyProcess | None] = {}
-        self._codes: dict[tuple[int, int], CodeInfo | None] = {}
+        self._codes: dict[tuple[int, int], CodeInfo] = {}
         self._names: dict[tuple[int, int, int], str] = {}
         self._told: set[tuple[int, int]] = set()
 
@@ -377,7 +379,7 @@ class FrameDecoder:
         stack = raw if isinstance(raw, RkPyStack) else RkPyStack.from_buffer_copy(
             bytes(raw)[:ctypes.sizeof(RkPyStack)])
         proc = self.register(pid)
-        if proc is None or stack.status != STATUS_OK:
+        if proc is None:  # a failed read keeps the frames read before it
             return []
         out = []
         for frame in stack.frames[:min(stack.n, MAX_FRAMES)]:
@@ -387,8 +389,10 @@ class FrameDecoder:
             name = self._names.get(key)
             if name is None:
                 code = self._code(proc, frame.code)
-                name = frame_name(proc.version, code, frame.offset) if code else f"?:{frame.code:#x}:0"
-                self._names[key] = name
+                if code is None:  # not cached: the process may be gone, or the read raced a write
+                    out.append(f"?:{frame.code:#x}:0")
+                    continue
+                name = self._names[key] = frame_name(proc.version, code, frame.offset)
             out.append(name)
         return out
 
@@ -398,7 +402,7 @@ class FrameDecoder:
             try:
                 self._codes[key] = read_code(proc.pid, LAYOUTS[proc.version], addr)
             except (OSError, ValueError, struct.error):
-                return None  # not cached: the process may be gone, or the read raced a write
+                return None
         return self._codes[key]
 
     def forget(self, pid: int) -> None:

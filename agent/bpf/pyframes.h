@@ -17,7 +17,7 @@
 #define RK_PY_MAX_FRAMES 24
 #endif
 #ifndef RK_PY_MAX_THREADS
-#define RK_PY_MAX_THREADS 16 /* thread states looked at, newest first */
+#define RK_PY_MAX_THREADS 32 /* thread states looked at, newest first (the main thread is the oldest) */
 #endif
 #ifndef RK_PY_MAX_TARGETS
 #define RK_PY_MAX_TARGETS 1024

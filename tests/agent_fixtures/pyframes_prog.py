@@ -4,9 +4,9 @@ The main thread calls libc's ``nanosleep`` (``probed``) through ctypes from ``tr
 allocate_cache``, a loader thread from ``loader_loop -> fetch_batch -> read_shard``. Each chain reports,
 once, the frames a probe on ``nanosleep`` must see: the calling line (found with ``inspect`` from the
 ``# PROBED`` marker) and the callers' current lines. Protocol on stdin/stdout (one JSON line each way):
-prints ``{"pid": ...}``, waits for ``go N [NS [DEPTH]]``, runs N calls per thread (each sleeping NS ns; the
-main chain below DEPTH ``nest`` frames), prints the expected frames and thread ids, then waits for ``exit``
-so the test can still read the process's memory.
+prints ``{"pid": ...}``, waits for ``go N [NS [DEPTH [IDLE]]]``, runs N calls per thread (each sleeping
+NS ns; the main chain below DEPTH ``nest`` frames; IDLE more threads waiting), prints the expected
+frames and thread ids, then waits for ``exit`` so the test can still read the process's memory.
 """
 
 import ctypes
@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from types import FrameType
 
 libc = ctypes.CDLL("libc.so.6")
@@ -57,18 +58,21 @@ def train_step() -> None:
     forward()
 
 
-def read_shard() -> None:
+def read_shard() -> int:
     report("loader", read_shard)
-    probed(ZERO, None)  # PROBED
+    return int(probed(ZERO, None))  # PROBED
 
 
-def fetch_batch() -> None:
-    read_shard()
+def fetch_batch() -> Iterator[int]:
+    """A generator, resumed from C (``next``): on 3.12 that puts a shim frame below it."""
+    while True:
+        yield read_shard()
 
 
 def loader_loop(n: int) -> None:
+    batches = fetch_batch()
     for _ in range(n):
-        fetch_batch()
+        next(batches)
 
 
 def nest(depth: int) -> None:
@@ -88,6 +92,9 @@ def main() -> None:
     words = sys.stdin.readline().split()
     n, ZERO[1] = int(words[1]), int(words[2]) if len(words) > 2 else 0  # calls, then ns each sleeps
     depth = int(words[3]) if len(words) > 3 else 0
+    idle = threading.Event()  # IDLE more Python threads, started before the loader (so walked first)
+    for _ in range(int(words[4]) if len(words) > 4 else 0):
+        threading.Thread(target=idle.wait, daemon=True).start()
     loader = threading.Thread(target=loader_loop, args=(n,), name="loader")
     loader.start()
     main_loop(n, depth)
