@@ -110,6 +110,11 @@ class SymbolClient:
         self._proc: subprocess.Popen[str] | None = None
         self.restarts = 0
 
+    def start(self) -> None:
+        """Start the helper now (~0.5 s of interpreter and bcc start-up), not on the first stack, which
+        arrives on the loop that drains the ring buffer."""
+        self._helper()
+
     def _helper(self) -> subprocess.Popen[str]:
         if self._proc is None or self._proc.poll() is not None:
             if self._proc is not None:
