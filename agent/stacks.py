@@ -67,7 +67,10 @@ def python_frames(pid: int, tid: int, rec: StackRecord, native: list[str]) -> li
     """Where a CPython thread's Python frames join its native ones (agent/pyframes.py's ``frames_for``
     supplies them). Until that lands the native frames are returned unchanged; when it does, this is the
     one place that merges them (innermost first, Python frames outside the native frames that ran
-    inside the interpreter)."""
+    inside the interpreter). ``rec`` says when and where the stack was taken (``rec.ts``, ``rec.source``:
+    a call's entry, a switch-out, a sample), to match the Python frames captured at the same moment;
+    :meth:`StackKeeper.stack` caches by raw native addresses, so its key must then take in the Python
+    frames too."""
     return native
 
 

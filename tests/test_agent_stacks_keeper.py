@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import struct
 
-import pytest
 from test_agent_helpers import requires_ebpf
 from test_agent_tracker import MS, Rank
 
@@ -138,5 +137,21 @@ def test_the_symbol_helper_names_this_process_functions() -> None:
     assert client.restarts == 0
 
 
-if __name__ == "__main__":
-    pytest.main([__file__])
+
+
+def test_no_stack_per_kernel_launch_and_the_flags_reach_the_program() -> None:
+    from rankecho.agent.probes import ProbeConfig, cflags, program_text
+    from rankecho.agent.settings import from_args
+    from rankecho.agent.traced import stack_policy
+    from rankecho.cli import build_parser
+
+    assert stack_policy(FN.LAUNCH_KERNEL) == 0 and stack_policy(FN.GROUP_START) == 0
+    assert stack_policy(FN.ALL_REDUCE) == 2
+    assert stack_policy(FN.MALLOC) == 1 and stack_policy(FN.EVENT_SYNC) == 1
+    launch = program_text().split("int enter_cudaLaunchKernel", 1)[1].split("\n}\n", 1)[0]
+    assert "take_stack" not in launch
+    s = from_args(build_parser().parse_args(["agent", "--sample-hz", "99"]), {})
+    assert s.stacks and s.sample_hz == 99 and "-DSTACKS" in cflags(s.probe_config)
+    off = from_args(build_parser().parse_args(["agent", "--no-stacks"]), {})
+    assert not off.stacks and off.sample_hz == 0 and "-DSTACKS" not in cflags(off.probe_config)
+    assert "-DSTACKS" not in cflags(ProbeConfig(stacks=False))
