@@ -58,17 +58,24 @@ def test_frames_are_named_by_content_and_shipped_once() -> None:
     released: list[int] = []
     keeper = StackKeeper(table, released.append)
     first = keeper.stack(rec((0x1000, 0x3000, 0x4000, 0x5000), ret=0x2000), start=7)
+    assert first is not None
     assert first.frames == ("cudaMalloc", "allocate_cache", "run_step", "main", "__libc_start_call_main")
     assert first.id == stack_id(first.frames) and first.new and not first.truncated
     again = keeper.stack(rec((0x1000, 0x3000, 0x4000, 0x5000), ret=0x2000, ts=9), start=7)
-    assert again.id == first.id and not again.new
+    assert again is not None and again.id == first.id and not again.new
     # Another process with the same frames: the same id (content, not addresses), not shipped again.
     other = keeper.stack(rec((0x1000, 0x3000, 0x4000, 0x5000), ret=0x2000, pid=200), start=3)
-    assert other.id == first.id and not other.new
+    assert other is not None and other.id == first.id and not other.new
+    garbage = keeper.stack(rec((0x1000, 0x9000, 0x3000)), start=7)  # a "caller" no symbol covers
+    assert garbage is not None and garbage.frames == ("cudaMalloc",) and garbage.truncated
     unknown = keeper.stack(rec((0x9000,)), start=7)
-    assert unknown.frames == ("[unknown]",) and unknown.truncated and unknown.new
+    assert unknown is not None and unknown.frames == ("[unknown]",) and unknown.truncated and unknown.new
     keeper.forget(100)
     assert released == [100]
+    # A failed lookup (the symbol helper down) names nothing and caches nothing.
+    down = StackKeeper(lambda pid, start, addrs: None)
+    assert down.stack(rec((0x1000, 0x3000)), start=7) is None
+    assert down.stack(rec((0x1000, 0x3000)), start=7) is None
 
 
 def test_a_stack_record_round_trips_and_its_depth_matches_the_c_header() -> None:
