@@ -177,6 +177,8 @@ class Agent:
             self.bpf["targets"][ct.c_uint32(pid)] = ct.c_uint8(1)
         if s.stacks and s.sample_hz > 0:
             probes.attach_sampler(self.bpf, s.sample_hz)
+        if self.symbols is not None:
+            self.symbols.start()
         self.rescan()
         release_compiler_memory(self.bpf)
         if s.ready_file:

@@ -42,8 +42,9 @@ SEEN_MAX = 65_536
 CACHE_MAX = 16_384
 """Symbolised stacks (raw addresses -> frames) and symbols kept, per kind, before starting over."""
 
-Resolve = Callable[[int, int, list[int]], list["str | None"]]
-"""(pid, start ticks, addresses) -> function names, None where no symbol covers an address."""
+Resolve = Callable[[int, int, list[int]], "list[str | None] | None"]
+"""(pid, start ticks, addresses) -> function names, None where no symbol covers an address; None
+instead of the list when the lookup itself failed (then nothing is cached)."""
 
 
 def normalise(name: str) -> str:
@@ -71,11 +72,15 @@ def addresses(rec: StackRecord) -> list[int]:
     return out + ips[j:]
 
 
+def python_cut(rec: StackRecord) -> bool:
+    """The Python walk had more frames than it keeps (``rk_py_stack.truncated``, bytes 6-7)."""
+    return len(rec.py) >= 8 and int.from_bytes(rec.py[6:8], "little") != 0
+
+
 def truncated(rec: StackRecord) -> bool:
     """The walk stopped early: one frame deep (the code has no frame pointers to follow) or at the cap,
-    or the Python walk had more frames than it keeps (``rk_py_stack.truncated``, bytes 6-7)."""
-    python_cut = len(rec.py) >= 8 and int.from_bytes(rec.py[6:8], "little") != 0
-    return len(rec.ips) <= 1 or len(rec.ips) >= STACK_DEPTH or python_cut
+    or the Python walk did."""
+    return len(rec.ips) <= 1 or len(rec.ips) >= STACK_DEPTH or python_cut(rec)
 
 
 INTERPRETER = re.compile(r"^(?:ffi_|_ctypes|_?Py|_PyEval|cfunction_|method_vectorcall|\[unknown\])")
@@ -91,6 +96,17 @@ def merge_python(native: list[str], python: list[str]) -> list[str]:
         return native
     cut = next((i for i, name in enumerate(native) if i > 0 and INTERPRETER.match(name)), len(native))
     return native[:cut] + python
+
+
+def cut_at_unknown(frames: list[str]) -> tuple[list[str], bool]:
+    """The frames up to the first caller no symbol covers, and whether any were cut. Past code without
+    frame pointers the walk follows whatever %rbp held: an unnamed "caller" is most likely garbage and
+    everything outside it untrustworthy, so the stack is reported truncated there rather than wrong.
+    (An unnamed innermost frame, e.g. the vDSO, is kept: the IP itself is real.)"""
+    for i in range(1, len(frames)):
+        if frames[i] == UNKNOWN:
+            return frames[:i], True
+    return frames, False
 
 
 def python_frames(pid: int, tid: int, rec: StackRecord, native: list[str]) -> list[str]:
@@ -121,28 +137,42 @@ class StackKeeper:
         self._names: dict[tuple[int, int, int], str] = {}
         self._seen: set[str] = set()
 
-    def _names_of(self, pid: int, start: int, addrs: list[int]) -> list[str]:
+    def _names_of(self, pid: int, start: int, addrs: list[int]) -> list[str] | None:
         missing = sorted({a for a in addrs if (pid, start, a) not in self._names})
         if missing:
+            found = self._resolve(pid, start, missing)
+            if found is None:
+                return None
             if len(self._names) + len(missing) > CACHE_MAX:
                 self._names.clear()
-            for addr, found in zip(missing, self._resolve(pid, start, missing), strict=True):
-                self._names[(pid, start, addr)] = normalise(found) if found else UNKNOWN
-        return [self._names[(pid, start, a)] for a in addrs]
+            for addr, name in zip(missing, found, strict=True):
+                self._names[(pid, start, addr)] = normalise(name) if name else UNKNOWN
+        return [self._names.get((pid, start, a), UNKNOWN) for a in addrs]
 
-    def frames(self, rec: StackRecord, start: int) -> tuple[list[str], bool]:
-        """The record's native frames, innermost first, and whether the walk was cut short."""
+    def frames(self, rec: StackRecord, start: int) -> tuple[list[str], bool] | None:
+        """The record's native frames, innermost first, and whether the walk was cut short; None when
+        the symbols could not be looked up."""
         # Return addresses point after their call: look up the call itself (addr - 1), which a call as
         # a function's last instruction would otherwise attribute to the next function.
         lookups = [a if i == 0 else a - 1 for i, a in enumerate(addresses(rec))]
-        return self._names_of(rec.pid, start, lookups), truncated(rec)
+        names = self._names_of(rec.pid, start, lookups)
+        return None if names is None else (names, truncated(rec))
 
-    def stack(self, rec: StackRecord, start: int) -> StackInfo:
-        key = (rec.pid, start, (*rec.ips, rec.ret), rec.py)  # one native path runs many Python ones
+    def stack(self, rec: StackRecord, start: int) -> StackInfo | None:
+        """The record's stack, named; None when its symbols could not be looked up (the helper failed):
+        no id is better than an id for frames that are wrong."""
+        key = (rec.pid, start, (*rec.ips, rec.ret, *rec.scanned), rec.py)  # one native path, many Python ones
         hit = self._frames.get(key)
         if hit is None:
-            native, cut = self.frames(rec, start)
+            named = self.frames(rec, start)
+            if named is None:
+                return None
+            native, short = named
+            native, cut = cut_at_unknown(native)
             merged = self._python(rec.pid, rec.tid, rec, native)
+            # Python frames past the native ones: the native part ends at the interpreter by design, so
+            # the stack is cut short only where the Python walk was (or the native walk hit its cap).
+            cut = python_cut(rec) or len(rec.ips) >= STACK_DEPTH if merged != native else cut or short
             hit = ("\n".join(merged), cut)
             if len(self._frames) >= CACHE_MAX:
                 self._frames.popitem(last=False)

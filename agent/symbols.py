@@ -11,8 +11,8 @@ ticks), refreshes a cache when an address resolves to nothing (a library ``dlope
 was built; at most every ``REFRESH_S``) and frees it when told the process exited. bcc's ``BPF.sym``
 instead keeps one cache per pid forever, which a reused pid would inherit.
 
-Protocol, one JSON array per line: ``["resolve", pid, start, [addr, ...]]`` -> ``[name or null, ...]``;
-``["forget", pid]`` -> ``[]``.
+Protocol, one JSON array per line, after the helper's first line ``ready``: ``["resolve", pid, start,
+[addr, ...]]`` -> ``[name or null, ...]``; ``["forget", pid]`` -> ``[]``.
 
 Usage::
 
@@ -36,9 +36,12 @@ from typing import IO, Any
 REFRESH_S = 5.0
 """Least time between two refreshes of one process's symbol cache (a stack walked into garbage yields
 new unknown addresses; a refresh re-reads every mapping)."""
-REPLY_TIMEOUT_S = 5.0
-"""How long the agent waits for the helper before restarting it (the first lookup in a large library
-loads its symbol table: ~5 ms for a 23 MB libpython here)."""
+REPLY_TIMEOUT_S = 10.0
+"""How long the agent waits for an answer before restarting the helper (the first lookup in a large
+library loads its symbol table: ~5 ms for a 23 MB libpython here, far longer on a loaded machine)."""
+READY_TIMEOUT_S = 60.0
+"""How long the helper may take to start (interpreter and libbcc; seconds on a loaded machine)."""
+READY = "ready"
 
 log = logging.getLogger("rankecho.agent")
 
@@ -90,6 +93,8 @@ class BccSymbols:
 def serve(inp: IO[str], out: IO[str]) -> None:
     """The helper's loop: answer requests until the agent closes the pipe."""
     symbols = BccSymbols()
+    out.write(READY + "\n")
+    out.flush()
     for line in inp:
         req = json.loads(line)
         if req[0] == "resolve":
@@ -108,7 +113,13 @@ class SymbolClient:
     def __init__(self, argv: list[str] | None = None) -> None:
         self._argv = argv or [sys.executable, "-m", "rankecho.agent.symbols"]
         self._proc: subprocess.Popen[str] | None = None
+        self._ready = False
         self.restarts = 0
+
+    def start(self) -> None:
+        """Start the helper now (~0.5 s of interpreter and bcc start-up), not on the first stack, which
+        arrives on the loop that drains the ring buffer."""
+        self._helper()
 
     def _helper(self) -> subprocess.Popen[str]:
         if self._proc is None or self._proc.poll() is not None:
@@ -117,29 +128,40 @@ class SymbolClient:
                 log.warning("the symbol helper exited (%s); restarting it", self._proc.returncode)
             pipe = subprocess.PIPE
             self._proc = subprocess.Popen(self._argv, stdin=pipe, stdout=pipe, text=True, bufsize=1)
+            self._ready = False
         return self._proc
+
+    def _line(self, proc: subprocess.Popen[str], timeout_s: float) -> str:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+        return proc.stdout.readline() if ready else ""
 
     def _ask(self, req: list[Any]) -> list[Any] | None:
         proc = self._helper()
-        assert proc.stdin is not None and proc.stdout is not None
+        assert proc.stdin is not None
         try:
+            if not self._ready:
+                self._ready = self._line(proc, READY_TIMEOUT_S).strip() == READY
+                if not self._ready:
+                    raise OSError("the symbol helper did not start")
             proc.stdin.write(json.dumps(req) + "\n")
             proc.stdin.flush()
-            ready, _, _ = select.select([proc.stdout], [], [], REPLY_TIMEOUT_S)
-            line = proc.stdout.readline() if ready else ""
+            line = self._line(proc, REPLY_TIMEOUT_S)
             reply = json.loads(line) if line else None
-        except (OSError, ValueError):
+        except (OSError, ValueError) as err:
+            log.warning("symbol helper: %s; restarting it", err)
             reply = None
         if not isinstance(reply, list):
             self._stop()  # stalled or broken: the next request starts a fresh one
             return None
         return reply
 
-    def resolve(self, pid: int, start: int, addrs: list[int]) -> list[str | None]:
-        """Names of ``addrs`` in process ``pid`` (None where no symbol covers one, or the helper failed)."""
+    def resolve(self, pid: int, start: int, addrs: list[int]) -> list[str | None] | None:
+        """Names of ``addrs`` in process ``pid`` (None where no symbol covers one); None when the helper
+        failed (nothing is known then: the caller must not remember the addresses as unknown)."""
         reply = self._ask(["resolve", pid, start, addrs])
         if reply is None or len(reply) != len(addrs):
-            return [None] * len(addrs)
+            return None
         return [str(n) if n is not None else None for n in reply]
 
     def forget(self, pid: int) -> None:

@@ -203,6 +203,8 @@ class Tracker:
             return
         proc = self._proc(rec.pid)
         info = self.stacks.stack(rec, proc.info.start_ticks)
+        if info is None:
+            return
         if info.new:
             attrs: dict[str, AttrValue] = {c.STACK_ID: info.id, c.STACK_FRAMES: "\n".join(info.frames),
                                            c.STACK_TRUNCATED: info.truncated}

@@ -33,6 +33,8 @@ SIM_ARGS = ["--steps", str(STEPS), "--compute-us", "20000", "--kernels", "6", "-
             "--loader-us", "3000"]
 CALLERS = ("run_step", "allocate_cache", "fragment_cycle")
 """Who calls cudaMalloc in a stall: the step, or the sim's allocator-stall function (renamed over time)."""
+SETUP = "setup"
+"""The rank's start-up allocations, which a loaded machine can make long too."""
 
 
 @pytest.fixture(scope="module")
@@ -80,12 +82,15 @@ def test_a_long_cudamalloc_carries_its_callers(job: dict[str, Any]) -> None:
     stacks = shipped(job)
     mallocs = [r for r in rows(job, c.M_CUDA_MALLOC) if r["rank"] == STALL and r["value_double"] >= 5.0]
     assert mallocs, "no long cudaMalloc"
+    stalls = 0
     for r in mallocs:
         frames = stacks[attrs(r)[c.STACK_ID]]
         assert frames[0] == "cudaMalloc", frames
         # The immediate caller is the second frame, whatever cudaMalloc's prologue.
-        assert frames[1] in CALLERS, frames
+        assert frames[1] in (*CALLERS, SETUP), frames
         assert "main" in frames
+        stalls += frames[1] in CALLERS
+    assert stalls, "no long cudaMalloc of the stall carried its stack"
 
 
 def test_each_stack_ships_once_and_points_are_bounded_by_distinct_stacks(job: dict[str, Any]) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import struct
 
-import pytest
 from test_agent_helpers import requires_ebpf
 from test_agent_tracker import MS, Rank
 
@@ -70,17 +69,24 @@ def test_frames_are_named_by_content_and_shipped_once() -> None:
     released: list[int] = []
     keeper = StackKeeper(table, released.append)
     first = keeper.stack(rec((0x1000, 0x3000, 0x4000, 0x5000), ret=0x2000), start=7)
+    assert first is not None
     assert first.frames == ("cudaMalloc", "allocate_cache", "run_step", "main", "__libc_start_call_main")
     assert first.id == stack_id(first.frames) and first.new and not first.truncated
     again = keeper.stack(rec((0x1000, 0x3000, 0x4000, 0x5000), ret=0x2000, ts=9), start=7)
-    assert again.id == first.id and not again.new
+    assert again is not None and again.id == first.id and not again.new
     # Another process with the same frames: the same id (content, not addresses), not shipped again.
     other = keeper.stack(rec((0x1000, 0x3000, 0x4000, 0x5000), ret=0x2000, pid=200), start=3)
-    assert other.id == first.id and not other.new
+    assert other is not None and other.id == first.id and not other.new
+    garbage = keeper.stack(rec((0x1000, 0x9000, 0x3000)), start=7)  # a "caller" no symbol covers
+    assert garbage is not None and garbage.frames == ("cudaMalloc",) and garbage.truncated
     unknown = keeper.stack(rec((0x9000,)), start=7)
-    assert unknown.frames == ("[unknown]",) and unknown.truncated and unknown.new
+    assert unknown is not None and unknown.frames == ("[unknown]",) and unknown.truncated and unknown.new
     keeper.forget(100)
     assert released == [100]
+    # A failed lookup (the symbol helper down) names nothing and caches nothing.
+    down = StackKeeper(lambda pid, start, addrs: None)
+    assert down.stack(rec((0x1000, 0x3000)), start=7) is None
+    assert down.stack(rec((0x1000, 0x3000)), start=7) is None
 
 
 def test_a_stack_record_round_trips_and_its_depth_matches_the_c_header() -> None:
@@ -176,5 +182,21 @@ def test_the_symbol_helper_names_this_process_functions() -> None:
     assert client.restarts == 0
 
 
-if __name__ == "__main__":
-    pytest.main([__file__])
+
+
+def test_no_stack_per_kernel_launch_and_the_flags_reach_the_program() -> None:
+    from rankecho.agent.probes import ProbeConfig, cflags, program_text
+    from rankecho.agent.settings import from_args
+    from rankecho.agent.traced import stack_policy
+    from rankecho.cli import build_parser
+
+    assert stack_policy(FN.LAUNCH_KERNEL) == 0 and stack_policy(FN.GROUP_START) == 0
+    assert stack_policy(FN.ALL_REDUCE) == 2
+    assert stack_policy(FN.MALLOC) == 1 and stack_policy(FN.EVENT_SYNC) == 1
+    launch = program_text().split("int enter_cudaLaunchKernel", 1)[1].split("\n}\n", 1)[0]
+    assert "take_stack" not in launch
+    s = from_args(build_parser().parse_args(["agent", "--sample-hz", "99"]), {})
+    assert s.stacks and s.sample_hz == 99 and "-DSTACKS" in cflags(s.probe_config)
+    off = from_args(build_parser().parse_args(["agent", "--no-stacks"]), {})
+    assert not off.stacks and off.sample_hz == 0 and "-DSTACKS" not in cflags(off.probe_config)
+    assert "-DSTACKS" not in cflags(ProbeConfig(stacks=False))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import inproc_echo
-from echo_helpers import TEST_TOKEN
+from echo_helpers import TEST_TOKEN, row_dicts
 from test_agent_helpers import requires_ebpf, sim_built
 
 from rankecho.echo.mcp.rates import load_rates
@@ -46,6 +46,11 @@ def found(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 cluster_id=scenario.cluster_id
             )
             out[name] = {"truth": result.truth, "answer": answer}
+        out["counts"] = row_dicts(echo, """
+            SELECT (SELECT count(*) FROM stacks) AS stacks,
+                   (SELECT count(stack_id) FROM collectives)
+                       + (SELECT count(stack_id) FROM host_activity) AS cited,
+                   (SELECT count(*) FROM events WHERE metric_name = 'rankecho.stack') AS points""")[0]
         yield out
 
 
@@ -57,3 +62,11 @@ def test_the_cause_names_the_function_the_fault_ran_in(found: dict[str, Any], na
     assert top["rank"] == fault["rank"], [s["summary"] for s in answer["stragglers"]]
     lead = top["cause"]["leading_frames"]
     assert lead is not None and fault["function"] in lead.split(" <- "), (fault, top["cause"])
+
+
+def test_stacks_are_stored_once_per_distinct_stack_not_per_event(found: dict[str, Any]) -> None:
+    """Six jobs, thousands of collectives and intervals citing stacks: a stack is shipped once per agent
+    (node) and stored once, so the table grows with distinct stacks, not with events."""
+    counts = found["counts"]
+    assert counts["cited"] > 2000, counts
+    assert counts["stacks"] <= counts["points"] and counts["stacks"] * 10 < counts["cited"], counts
