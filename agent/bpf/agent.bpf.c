@@ -172,7 +172,7 @@ static __always_inline void scan_callers(struct rk_stack_event *s)
     if (!sp || bpf_probe_read_user(words, sizeof(words), (void *)sp) != 0)
         return;
     u32 found = 0;
-#pragma unroll
+#pragma clang loop unroll(disable)
     for (int i = 0; i < SCAN_WORDS; i++) {
         if (found >= RK_SCAN_KEEP)
             break;
