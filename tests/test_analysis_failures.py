@@ -47,8 +47,8 @@ class Job:
         late_ns: int = 0,
     ) -> None:
         enter = T0 + seq * STEP_NS + late_ns
-        attrs: dict[str, Any] = {c.COMM_ID: self.comm, c.SEQ: seq, c.SEQ_ALIGNED: True, c.OP: op, c.BYTES: nbytes,
-                                 c.COMM_RANK: rank, c.COMM_NRANKS: WORLD, c.ENTER_NS: enter,
+        attrs: dict[str, Any] = {c.COMM_ID: self.comm, c.SEQ: seq, c.SEQ_ALIGNED: True, c.OP: op,
+                                 c.BYTES: nbytes, c.COMM_RANK: rank, c.COMM_NRANKS: WORLD, c.ENTER_NS: enter,
                                  c.RETURN_NS: enter + 10_000, c.PROCESS_PID: 100 + rank}  # fmt: skip
         if done:
             attrs[c.COMPLETE_NS] = T0 + seq * STEP_NS + 5_000_000
