@@ -154,6 +154,10 @@ def run_straggler_demo(workdir: Path) -> int:
         CAUSE_TO_FAULT.get(cause or "") == "alloc_stall",
         f"its cause ({cause}) is the injected alloc_stall",
     )
+    lead = (found["stragglers"][0]["cause"].get("leading_frames") or "") if named else ""
+    function = truth["faults"][0].get("function")
+    check(failures, function in lead.split(" <- "),
+          f"its cause's call stack ({lead or 'none'}) names {function}, where the fault ran")  # fmt: skip
     elapsed = time.monotonic() - started
     if failures or not named:
         print(f"\nVERDICT: FAIL ({'; '.join(failures) or 'no straggler found'}) in {elapsed:.1f} s")
@@ -162,7 +166,7 @@ def run_straggler_demo(workdir: Path) -> int:
     print(
         f"\nVERDICT: PASS: rank {top['rank']} on {top['node_id']} entered {top['episodes_total']} of "
         f"{found['clusters'][0]['steps']} steps a median {top['late_ms']['median']:.0f} ms late, every "
-        f"{top['period']['steps']} steps, in cudaMalloc ({top['cause']['class']}); the others waited "
+        f"{top['period']['steps']} steps, at {lead} ({top['cause']['class']}); the others waited "
         f"{top['imposed_gpu_s']:.1f} GPU-s; clocks {SKEW_MS:g} ms apart changed nothing ({elapsed:.1f} s)"
     )
     return 0

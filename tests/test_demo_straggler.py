@@ -34,7 +34,7 @@ def test_straggler_demo_names_rank5_its_period_and_cause() -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     verdict = done.stdout.strip().splitlines()[-1]
     assert verdict.startswith("VERDICT: PASS: rank 5 on node-h100 entered 7 of 100 steps"), verdict
-    assert "every 14 steps" in verdict and "in cudaMalloc" in verdict, verdict
+    assert "every 14 steps" in verdict and "at cudaMalloc <- allocate_cache <- " in verdict, verdict
     assert "[ok] late episodes: precision 1.000, recall 1.000 (7 found, 0 wrong, 0 missed)" in done.stdout
     assert "[ok] the one straggler named is rank 5 on node-h100: [('node-h100', 5)]" in done.stdout
     report = re.search(r"^-- the report .*: (\S+)$", done.stdout, re.M)
