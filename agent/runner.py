@@ -372,6 +372,14 @@ def run(s: Settings, stop: Stop) -> int:
     try:
         if not stop.is_set():
             agent.start()
+    except Exception as err:
+        if not stop.is_set():
+            agent.abandon()
+            raise
+        # The stop came during start-up: the kernel's verifier gives up on a pending signal (EAGAIN), so a
+        # program load under way fails with it. That is the stop, not a fault: drain and exit as on a stop.
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        log.info("stopped during start-up (%s)", first)
     except BaseException:
         agent.abandon()
         raise

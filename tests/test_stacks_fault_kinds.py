@@ -1,7 +1,7 @@
-"""Issue 23's acceptance on the C rank: on the seed scenario and for each fault kind, a short run of the
-scenario with real agents into a real Echo; find_stragglers' cause for the planted rank names, in its
-leading frames, the function the ground truth says the fault ran in (sim/faultsites.py). The Python
-rank's allocator case is in test_sim_pyrank_diagnosis.py."""
+"""Issue 23's acceptance: on the seed scenario and for each fault kind, a short run of the scenario with
+real agents into a real Echo, on the C rank program and on the Python one (sim/pyrank.py);
+find_stragglers' cause for the planted rank names, in its leading frames, the frame the ground truth
+says the fault ran in (sim/faultsites.py): the C function, or the Python function and line."""
 
 from __future__ import annotations
 
@@ -30,14 +30,19 @@ seed's; 5, 15, 25, 35 of the others): enough for a straggler, short enough to ru
 KINDS = list(STEPS)
 
 
-@pytest.fixture(scope="module")
-def found(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+@pytest.fixture(scope="module", params=["c", "python"])
+def found(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[dict[str, Any]]:
+    """Every scenario run on one rank program (the C one, then sim/pyrank.py), into one Echo."""
     sim_built()
-    tmp = tmp_path_factory.mktemp("stack-kinds")
+    program = request.param
+    tmp = tmp_path_factory.mktemp(f"stack-kinds-{program}")
     out: dict[str, Any] = {}
     with inproc_echo(tmp / "echo.db") as echo:
         for name in KINDS:
-            scenario = dataclasses.replace(load_scenario(SCENARIOS / f"{name}.yaml"), steps=STEPS[name])
+            scenario = dataclasses.replace(load_scenario(SCENARIOS / f"{name}.yaml"), steps=STEPS[name],
+                                           program=program)
             opts = LaunchOptions(run_dir=tmp / name, agent_endpoint=echo.grpc_address, token=TEST_TOKEN,
                                  timeout_s=240, progress=None)  # fmt: skip
             result = run_scenario(scenario, opts)
@@ -61,7 +66,8 @@ def test_the_cause_names_the_function_the_fault_ran_in(found: dict[str, Any], na
     top = answer["stragglers"][0]
     assert top["rank"] == fault["rank"], [s["summary"] for s in answer["stragglers"]]
     lead = top["cause"]["leading_frames"]
-    assert lead is not None and fault["function"] in lead.split(" <- "), (fault, top["cause"])
+    # The C rank's frame is the function; the Python rank's is pyrank.py:<function>:<line>.
+    assert lead is not None and fault["frame"] in lead.split(" <- "), (fault, top["cause"])
 
 
 def test_stacks_are_stored_once_per_distinct_stack_not_per_event(found: dict[str, Any]) -> None:
