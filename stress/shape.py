@@ -28,12 +28,21 @@ import os
 from dataclasses import dataclass, field
 
 from rankecho.agent.clock import ClockConverter
-from rankecho.agent.events import FN, PAYLOAD_SIZE, CallRecord, InitRecord, OffCpuRecord
+from rankecho.agent.events import (
+    FN,
+    PAYLOAD_SIZE,
+    STACK_SOURCE,
+    CallRecord,
+    InitRecord,
+    OffCpuRecord,
+    StackRecord,
+)
 from rankecho.agent.export import encode_batch
 from rankecho.agent.identity import EnvIdentity, ProcessInfo
 from rankecho.agent.jobid import TORCHELASTIC, JobEnv
 from rankecho.agent.procstate import ProcKey
 from rankecho.agent.settings import Settings
+from rankecho.agent.stacks import StackKeeper
 from rankecho.agent.tracker import DATATYPES, REDUCE_OPS, Tracker
 from rankecho.shared import contract as c
 from rankecho.shared.otlp import AttrValue, Point
@@ -56,6 +65,25 @@ GPU_MODEL = "NVIDIA H100 80GB HBM3"
 PID_STRIDE = 10
 ALLOC_STALL_STEPS = 3.2
 """A planted stall lasts this many steps (the seed scenario: 290 ms at 90 ms steps)."""
+SYMBOLS = {0x1000: "ncclAllReduce", 0x1100: "cudaStreamSynchronize", 0x1200: "cudaMalloc",
+           0x1300: "__clock_nanosleep", 0x1400: "cudaMemcpyAsync", 0x2000: "backward", 0x2100: "forward",
+           0x2200: "allocate_cache", 0x2300: "optimizer_step", 0x2400: "fetch_batch", 0x3000: "run_step",
+           0x3100: "main"}  # fmt: skip
+"""The rank program's functions, as the agent's stacks name them (``agent/stacks.py`` looks up addr - 1)."""
+STACKS = {
+    FN.ALL_REDUCE: (0x1000, 0x2001, 0x3001, 0x3101),
+    FN.MALLOC: (0x1200, 0x2201, 0x3001, 0x3101),
+    "sync_forward": (0x1300, 0x1101, 0x2101, 0x3001, 0x3101),
+    "sync_step": (0x1300, 0x1101, 0x2301, 0x3001, 0x3101),
+    "between_steps": (0x1300, 0x2401, 0x3001, 0x3101),
+    "sample": (0x2000, 0x3001, 0x3101),
+}
+"""Where the agent takes each stack of a step: at the collectives' and long calls' entry, at the main
+thread's switch-outs, and the on-CPU sampler's (one sample a step, in backward)."""
+
+
+def _symbols(pid: int, start: int, addrs: list[int]) -> list[str | None]:
+    return [SYMBOLS.get(a & ~0xFF) for a in addrs]
 
 
 @dataclass(frozen=True)
@@ -187,6 +215,7 @@ class NodeModel:
             thread_name=lambda pid, tid: names.get(tid - pid, ""),
             thread_group=lambda tid: tid - tid % PID_STRIDE if tid >= _pid(0) else None,
             raw_interval_ns=Settings.raw_interval_ns, health_every=Settings.health_every,
+            stacks=StackKeeper(_symbols),
         )
         self.base: dict[str, AttrValue] = {
             c.SERVICE_NAME: SERVICE, c.SERVICE_INSTANCE_ID: f"{self.node_id}/{os.getpid()}/{s.run_id}",
@@ -281,9 +310,11 @@ class NodeModel:
             r.launches += KERNELS_PER_STEP
             # compute: the host waits for the GPU in a stream sync, asleep
             s1 = t + S // 100
+            self._stack(pid, main, s1, STACK_SOURCE.CALL, FN.STREAM_SYNC, "sync_forward")
             h(CallRecord(pid, main, FN.STREAM_SYNC, s1, enter - 200_000, 0, STREAM, 0, 0, 0))
-            self._off(pid, main, s1 + 50_000, t + int(0.2 * S), FN.STREAM_SYNC, prog)
-            self._off(pid, main, t + int(0.2 * S) + 30_000, enter - 250_000, FN.STREAM_SYNC, 1)
+            self._off(pid, main, s1 + 50_000, t + int(0.2 * S), FN.STREAM_SYNC, prog, "sync_forward")
+            self._off(pid, main, t + int(0.2 * S) + 30_000, enter - 250_000, FN.STREAM_SYNC, 1,
+                      "sync_forward")
             late = self._late.get(r.rank)
             my_enter = enter
             if late is not None and late.late(k):
@@ -291,22 +322,26 @@ class NodeModel:
                 each = late.stall_ns // MALLOCS_PER_STALL
                 for i in range(MALLOCS_PER_STALL):
                     m0 = enter - 100_000 + i * each
+                    self._stack(pid, main, m0, STACK_SOURCE.CALL, FN.MALLOC, FN.MALLOC)
                     h(CallRecord(pid, main, FN.MALLOC, m0, m0 + each - 20_000, 0, 0, MALLOC_BYTES, 0, 0))
-                    self._off(pid, main, m0 + 30_000, m0 + each - 40_000, FN.MALLOC, 1)
+                    self._off(pid, main, m0 + 30_000, m0 + each - 40_000, FN.MALLOC, 1, FN.MALLOC)
                 my_enter = enter + late.stall_ns
+            self._stack(pid, main, my_enter - 2 * MS, STACK_SOURCE.SAMPLE, FN.NONE, "sample")
             for b in range(s.buckets):
                 e0 = my_enter + b * 25_000
+                self._stack(pid, main, e0, STACK_SOURCE.CALL, FN.ALL_REDUCE, FN.ALL_REDUCE)
                 h(CallRecord(pid, main, FN.ALL_REDUCE, e0, e0 + 18_000, _handle(r.rank), STREAM, COUNT,
                              COLL_A3, 0, r.launches))
             r.launches += 2  # optimizer kernels after the collectives (the window read counts them)
             s2 = my_enter + s.buckets * 25_000 + 500_000
+            self._stack(pid, main, s2, STACK_SOURCE.CALL, FN.STREAM_SYNC, "sync_step")
             h(CallRecord(pid, main, FN.STREAM_SYNC, s2, done, 0, STREAM, 0, 0, 0))
             third = max(1, (done - s2) // 3)
             for i in range(3):
                 self._off(pid, main, s2 + i * third + 20_000, s2 + (i + 1) * third - 20_000, FN.STREAM_SYNC,
-                          other_rank if i == 1 else 1)
+                          other_rank if i == 1 else 1, "sync_step")
             # the main thread between steps, the NCCL helper threads, a rare preemption
-            self._off(pid, main, done + 50_000, done + 350_000, FN.NONE, other_rank)
+            self._off(pid, main, done + 50_000, done + 350_000, FN.NONE, other_rank, "between_steps")
             gap = (S + stall) // PROGRESS_SLEEPS
             for i in range(PROGRESS_SLEEPS):
                 self._off(pid, prog, t + i * gap + 100_000, t + (i + 1) * gap - 100_000, FN.NONE,
@@ -314,9 +349,17 @@ class NodeModel:
             if (k + r.rank) % 5:
                 self._off(pid, boot, t + S // 3, t + S // 3 + S // 4, FN.NONE, 1)
             if (k + r.rank) % 7 == 3:
+                self._stack(pid, main, t + S // 2, STACK_SOURCE.OFFCPU, FN.NONE, "sample")
                 h(OffCpuRecord(pid, main, t + S // 2, t + S // 2 + 3 * MS, 0, False, FN.NONE, 1))
 
-    def _off(self, pid: int, tid: int, out: int, back: int, call: FN, by: int) -> None:
-        """A thread asleep from ``out`` to ``back`` (woken 3 us before it ran again, behind ``by``)."""
-        self.tracker.handle(OffCpuRecord(pid, tid, out, max(back, out + 1000), max(back, out + 1000) - 3000,
-                                         True, call, by))
+    def _stack(self, pid: int, tid: int, ts: int, source: STACK_SOURCE, call: FN, where: object) -> None:
+        """The stack BPF takes at ``ts`` (it precedes the call or off-CPU record it belongs to)."""
+        self.tracker.handle(StackRecord(pid, tid, ts, source, call, STACKS[where]))
+
+    def _off(self, pid: int, tid: int, out: int, back: int, call: FN, by: int, where: object = None) -> None:
+        """A thread asleep from ``out`` to ``back`` (woken 3 us before it ran again, behind ``by``); the
+        main thread's (``where`` its stack) carry the stack taken at the switch-out when long enough."""
+        back = max(back, out + 1000)
+        if where is not None and back - out >= Settings.offcpu_min_ns:
+            self._stack(pid, tid, out, STACK_SOURCE.OFFCPU, call, where)
+        self.tracker.handle(OffCpuRecord(pid, tid, out, back, back - 3000, True, call, by))

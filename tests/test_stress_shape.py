@@ -38,7 +38,10 @@ REAL_STEPS = 20
 TOTAL_TOLERANCE = 0.15
 """Of ~5 events per rank-step 4 are collectives; the rest is evidence (a loaded machine makes more)."""
 EVIDENCE = {c.M_CUDA_SYNC, c.M_CUDA_MEMCPY, c.M_CUDA_MALLOC, c.M_CUDA_FREE, c.M_OFFCPU}
-PRE_CLASSES = {f"{c.PRE_PREFIX}{name}_ms" for name in c.PRE_CLASSES}
+PRE_CLASSES = {f"{c.PRE_PREFIX}{name}_ms" for name in c.PRE_CLASSES} | {
+    f"{c.PRE_PREFIX}{name}{c.PRE_STACK_SUFFIX}" for name in c.PRE_CLASSES
+} | {c.PRE_ONCPU_STACK, c.PRE_ONCPU_SAMPLES}
+"""Keys a window has only when it held that class (or an on-CPU sample): which ones occur is chance."""
 METRIC_TOLERANCE = 0.25
 
 
