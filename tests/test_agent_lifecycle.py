@@ -50,7 +50,10 @@ def test_pid_filter_traces_only_the_named_process(tmp_path: Path) -> None:
     with inproc_echo(tmp_path / "echo.db") as echo:
         job = SimJob(tmp_path, ["node-a"], 2, sim_built())
         program = job.sim_root / "build" / "simrank-dlopen"
-        ranks = [job.start_rank(r, ["--steps", "4", "--dlopen-delay-ms", "4000"], program) for r in range(2)]
+        # The ranks load the libraries 10 s after they start: the agent (started after them, to be given a
+        # pid) must be attached by then; it compiles a BPF program of ~2 s and on a loaded 2-core machine
+        # took up to 15 s to be ready, and 4 s was not always enough.
+        ranks = [job.start_rank(r, ["--steps", "4", "--dlopen-delay-ms", "10000"], program) for r in range(2)]
         # every raw interval: the filter must hold for off-CPU records too (by default only evidence goes)
         agent = job.start_agent("node-a", echo.grpc_address, TEST_TOKEN, "--pid", str(ranks[1].pid),
                                 "--raw-interval-ms", "0")
