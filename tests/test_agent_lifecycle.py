@@ -82,7 +82,9 @@ def test_job_started_after_the_agent_is_found_by_rescan(tmp_path: Path) -> None:
             while not (job.root / "ready").exists():
                 assert agent.poll() is None and time.monotonic() < deadline, env_agent.read_text()
                 time.sleep(0.05)
-            rank = job.start_rank(0, ["--steps", "40", "--compute-us", "30000"])
+            # 100 steps of 30 ms: discovery (every 0.2 s) and attaching the probes, whose programs the
+            # kernel verifies then, take up to ~0.5 s of the run; at least 30 steps must follow.
+            rank = job.start_rank(0, ["--steps", "100", "--compute-us", "30000"])
             job.wait([rank])
         finally:
             agent.terminate()
