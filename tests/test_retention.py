@@ -105,7 +105,9 @@ def test_a_pass_rolls_up_then_deletes_old_rows_and_keeps_young_ones(tmp_path: Pa
     path = tmp_path / "echo.db"
     settings = local_settings(path, retention_s=2 * 3600.0, retention_every_s=3600.0)  # passes on request
     now = time.time_ns()
-    old, young = now - 5 * HOUR_NS, now - 30 * MINUTE_NS
+    # Half a minute into a minute: the 300 s job then touches 6 minutes whatever the clock says (started
+    # less than 2 s into one, its last step would end inside the fifth).
+    old, young = now - 5 * HOUR_NS - now % MINUTE_NS + 30 * NS, now - 30 * MINUTE_NS
     with Echo(settings) as echo:
         settled(echo)
         sent_old = send_job(echo.grpc_address or "", old, 300)
