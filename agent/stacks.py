@@ -154,9 +154,18 @@ class StackKeeper:
         the symbols could not be looked up."""
         # Return addresses point after their call: look up the call itself (addr - 1), which a call as
         # a function's last instruction would otherwise attribute to the next function.
-        lookups = [a if i == 0 else a - 1 for i, a in enumerate(addresses(rec))]
+        addrs = addresses(rec)
+        lookups = [a if i == 0 else a - 1 for i, a in enumerate(addrs)]
         names = self._names_of(rec.pid, start, lookups)
-        return None if names is None else (names, truncated(rec))
+        if names is None:
+            return None
+        # A word the scan above SP found but the walk did not is a guess (a stale return address left in
+        # a frame's locals passes the call-instruction check too): unnamed, it adds nothing, and as an
+        # [unknown] "caller" it would cut the walk's own frames after it (cut_at_unknown).
+        walked = {*rec.ips, rec.ret}
+        kept = [n for i, (a, n) in enumerate(zip(addrs, names, strict=True))
+                if i == 0 or n != UNKNOWN or a in walked]
+        return kept, truncated(rec)
 
     def stack(self, rec: StackRecord, start: int) -> StackInfo | None:
         """The record's stack, named; None when its symbols could not be looked up (the helper failed):

@@ -115,6 +115,25 @@ def test_return_addresses_found_above_sp_go_between_the_walk_frames_they_lie_bet
     assert addresses(past) == [0x11, before]  # beyond the walk's last frame: nothing to place it by
 
 
+def test_an_unnamed_word_from_the_scan_is_dropped_but_an_unnamed_walk_frame_cuts() -> None:
+    """A stale return address in a frame's locals (unnamed: no symbol covers it) found by the scan
+    between backward and run_step must not cut the walk's own run_step and main (CI once saw a spin
+    sample end at backward); an unnamed frame the walk itself gave still ends the stack there."""
+    names = {0x10: None, 0x2f: "clock_gettime", 0x3f: "spin_host_compute", 0x4f: "backward",
+             0x5f: "run_step", 0x6f: "main", 0x77: None}
+    keeper = StackKeeper(lambda pid, start, addrs: [names.get(a) for a in addrs])
+    vdso, libc, spin, back, step, main, stale = 0x10, 0x30, 0x40, 0x50, 0x60, 0x70, 0x78
+    sampled = StackRecord(1, 1, 0, STACK_SOURCE.SAMPLE, FN.NONE, (vdso, libc, back, step, main), 0,
+                          (libc, spin, back, stale))
+    info = keeper.stack(sampled, 1)
+    assert info is not None and not info.truncated
+    assert info.frames == ("[unknown]", "clock_gettime", "spin_host_compute", "backward", "run_step", "main")
+    garbage = StackRecord(1, 2, 0, STACK_SOURCE.SAMPLE, FN.NONE, (vdso, libc, back, stale, main), 0, ())
+    info = keeper.stack(garbage, 1)
+    assert info is not None and info.truncated
+    assert info.frames == ("[unknown]", "clock_gettime", "backward")
+
+
 def test_python_frames_take_over_where_the_interpreter_begins() -> None:
     native = ["cudaMalloc", "ffi_call_unix64", "[unknown]", "_PyEval_EvalFrameDefault"]
     python = ["pyrank.py:allocate_cache:87", "pyrank.py:run_step:120", "pyrank.py:main:200"]
