@@ -15,6 +15,7 @@ Usage::
 
 from __future__ import annotations
 
+import ctypes
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -96,11 +97,15 @@ def render(cfg: ProbeConfig) -> str:
 
 
 def load(cfg: ProbeConfig) -> Any:
-    """Compile the program and start its tracepoints (~1 s, ~100 MB peak RSS while compiling)."""
+    """Compile the program, start its tracepoints and load the stack program the call probes jump to
+    (~1.5 s, ~100 MB peak RSS while compiling)."""
     try:
         from bcc import BPF
 
-        return BPF(text=program_text(), cflags=cflags(cfg))
+        bpf = BPF(text=program_text(), cflags=cflags(cfg))
+        if cfg.stacks:  # the one program the traced calls' probes jump to for their entry stack
+            bpf["stack_progs"][ctypes.c_int(0)] = ctypes.c_int(bpf.load_func(b"call_stack", BPF.KPROBE).fd)
+        return bpf
     except Exception as err:  # bcc raises bare Exceptions; name the fix instead
         raise RuntimeError(
             f"cannot compile or load the BPF program ({err}); `rankecho agent check` shows what is missing"

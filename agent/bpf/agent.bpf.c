@@ -17,7 +17,6 @@
  * where field offsets are silently wrong. Helpers, pt_regs and tracepoint arguments only.
  */
 #include <uapi/linux/ptrace.h>
-#include <uapi/linux/bpf_perf_event.h>
 #include "pyframes.h"
 #include "agent.h"
 
@@ -74,6 +73,7 @@ BPF_TABLE("lru_hash", u32, struct rk_stack_event, off_stacks, STACK_SLOTS); /* t
 /* Threads that entered a collective: only theirs are worth a stack at every switch-out (the pre-call
  * window explains the calling thread; NCCL's and the runtime's helper threads switch far more often). */
 BPF_TABLE("lru_hash", u32, u8, stack_threads, MAX_THREADS);
+BPF_PROG_ARRAY(stack_progs, 1); /* [0] = call_stack (agent/probes.py fills it at load) */
 #endif
 
 #define ARG1 PT_REGS_PARM1(ctx)
@@ -225,13 +225,34 @@ static __always_inline int begin_call(struct pt_regs *ctx, u16 fn, u64 a0, u64 a
             u8 one = 1;
             stack_threads.update(&e.tid, &one);
         }
-        struct rk_stack_event *s = take_stack(ctx, PT_REGS_SP(ctx), e.ts, fn, STACK_CALL);
-        if (s)
-            call_stacks.update(&k, s);
+        /* The stack is taken by call_stack, one program every traced call jumps to: inlined into each
+         * call's own probe, the stack walk made up a third of the compile. Back here only if the jump
+         * failed (the program array not filled yet): then the call has no stack. */
+        stack_progs.call(ctx, 0);
     }
 #endif
     return 0;
 }
+
+#ifdef STACKS
+/* Tail-called from begin_call (same pt_regs: the call's entry), which left the call in `calls` and its
+ * function in `in_flight`. */
+int call_stack(struct pt_regs *ctx)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    u16 *fn = in_flight.lookup(&tid);
+    if (!fn)
+        return 0;
+    struct call_key k = {.tid = tid, .fn = *fn};
+    struct rk_event *e = calls.lookup(&k);
+    if (!e)
+        return 0;
+    struct rk_stack_event *s = take_stack(ctx, PT_REGS_SP(ctx), e->ts, k.fn, STACK_CALL);
+    if (s)
+        call_stacks.update(&k, s);
+    return 0;
+}
+#endif
 
 static __always_inline int end_call(u16 fn, u64 rc)
 {
@@ -449,8 +470,10 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
 
 #ifdef STACKS
 /* The low-rate on-CPU sampler (a cpu-clock perf event on every CPU, agent --sample-hz): the user stack
- * of a target thread that was running, for the window's host-compute share. */
-int on_cpu_sample(struct bpf_perf_event_data *ctx)
+ * of a target thread that was running, for the window's host-compute share. Its context (a struct
+ * bpf_perf_event_data) only goes to bpf_get_stack, so it is taken as void *: including
+ * <uapi/linux/bpf_perf_event.h> for the type pulls in kernel headers that cost ~0.9 s of every compile. */
+int on_cpu_sample(void *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     if (!tgid || !targets.lookup(&tgid))
