@@ -49,6 +49,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    "collective entry, long CUDA calls and long off-CPU intervals)")
     p.add_argument("--sample-hz", type=int, default=Settings.sample_hz, metavar="HZ",
                    help="on-CPU stack samples per second of each traced thread's CPU (0 = off)")
+    p.add_argument("--heartbeat-s", type=_non_negative, default=Settings.heartbeat_s, metavar="S",
+                   help="every S seconds, send what each rank that entered no collective for S seconds is "
+                   "doing now (call in flight, off-CPU state, stack), so a hang is explained live (0: off)")
     p.add_argument("--clock-offset-ns", type=int, default=0,
                    help="TESTING ONLY: add this to every timestamp, to simulate a skewed node clock")
     p.add_argument("--ready-file", default=None, help="created once probes are attached")
@@ -133,6 +136,16 @@ def register(subparsers: Any) -> None:
     chk.add_argument("--cuda-lib", action="append", metavar="PATH",
                      help="check this libcudart file (repeatable; default: those running processes map)")
     chk.set_defaults(handler=_check)
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds, 0 or more (e.g. 5; 0 = off)")
+    return value
 
 
 def _positive_int(text: str) -> int:

@@ -73,6 +73,10 @@ class Proc:
     """tid -> (cumulative count, monotonic ns) at the last window."""
     threads: dict[int, str] = field(default_factory=dict)
     resource_stale: bool = True
+    caller_tid: int = 0
+    """The thread that entered its latest collective (the one a hang leaves stuck): the heartbeat's."""
+    last_enter_ns: int | None = None
+    """When it entered its latest collective (monotonic ns): how long the rank has been quiet."""
 
     @property
     def key(self) -> ProcKey:

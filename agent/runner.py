@@ -22,6 +22,7 @@ from rankecho.agent import check, discovery, probes, pyframes, resource
 from rankecho.agent.clock import ClockConverter
 from rankecho.agent.events import ExitRecord, InitRecord, decode
 from rankecho.agent.export import Delivery, Encoded, ExportConfig, Exporter, encode_batch
+from rankecho.agent.heartbeat import BpfThreads, Heartbeat
 from rankecho.agent.identity import ProcessInfo, read_process, thread_group, thread_name
 from rankecho.agent.journal import JOURNAL_NAME, CommJournal
 from rankecho.agent.nvml import Nvml, gpu_for, open_nvml
@@ -94,6 +95,7 @@ class Agent:
         self.attached: dict[discovery.LibKey, discovery.LibFile] = {}
         self.explicit: dict[str, set[discovery.LibKey]] = {"nccl": set(), "cuda": set()}
         self.bpf: Any = None
+        self.heartbeat: Heartbeat | None = None
         self.decode_errors = 0
         self._py_checked: set[int] = set()
         """Processes already looked at for CPython (dropped at their exit; bounded: starts over past
@@ -177,6 +179,9 @@ class Agent:
             self.bpf["targets"][ct.c_uint32(pid)] = ct.c_uint8(1)
         if s.stacks and s.sample_hz > 0:
             probes.attach_sampler(self.bpf, s.sample_hz)
+        if s.heartbeat_s > 0:
+            threads = BpfThreads(self.bpf, s.stacks)
+            self.heartbeat = Heartbeat(self.tracker, threads, round(s.heartbeat_s * 1e9))
         if self.symbols is not None:
             self.symbols.start()
         self.rescan()
@@ -283,7 +288,8 @@ class Agent:
         s = self.s
         now = time.monotonic()
         due = {"flush": now + s.flush_interval_s, "window": now + s.window_s, "scan": now + s.scan_interval_s,
-               "clock": now + CLOCK_RESAMPLE_S, "drops": now + DROPS_EVERY_S, "spool": now + SPOOL_EVERY_S}
+               "clock": now + CLOCK_RESAMPLE_S, "drops": now + DROPS_EVERY_S, "spool": now + SPOOL_EVERY_S,
+               "beat": now + s.heartbeat_s}
         while not stop.is_set():
             self.bpf.ring_buffer_consume()
             now = time.monotonic()
@@ -306,6 +312,9 @@ class Agent:
             if now >= due["spool"]:
                 due["spool"] = now + SPOOL_EVERY_S
                 self.report_spool()
+            if self.heartbeat is not None and now >= due["beat"]:
+                due["beat"] = now + s.heartbeat_s
+                self.heartbeat.beat(self.clock.now_mono())
             stop.wait(POLL_S)
 
     def shutdown(self) -> Delivery:

@@ -56,6 +56,9 @@ class Settings:
     """Capture user stacks (collective entry, long CUDA calls, long off-CPU intervals); ``--no-stacks``."""
     sample_hz: int = 49
     """On-CPU sampler rate per CPU for target threads (``rankecho.pre.oncpu_stack``); 0 = off."""
+    heartbeat_s: float = 5.0
+    """Every this many seconds, what each rank quiet that long is doing now (``rankecho.rank.state``,
+    agent/heartbeat.py); 0 = off."""
     resource: tuple[tuple[str, str], ...] = ()
     """The agent's own resource attributes (environment merged, cluster and node id included)."""
 
@@ -114,6 +117,7 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) ->
         shutdown_deadline_s=args.shutdown_grace,
         stacks=not args.no_stacks,
         sample_hz=max(0, int(args.sample_hz)) if not args.no_stacks else 0,
+        heartbeat_s=args.heartbeat_s,
     )
 
 

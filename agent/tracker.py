@@ -196,25 +196,38 @@ class Tracker:
         attrs[c.EVENT_ID] = short_hash(self.node_id, key, metric, tid, ts, attrs.get(c.CAUSAL_CHAIN_ID, ""))
         self._sink(key, Point(metric, self.clock.to_unix(ts), value, attrs))
 
-    def _stack(self, rec: StackRecord) -> None:
-        """Name a captured stack, ship it the first time this agent sees it, and hold its id for the record
-        it precedes (or put a sample in its thread's window)."""
+    def emit(self, proc: Proc, metric: str, ts: int, value: float | int, attrs: dict[str, AttrValue],
+             tid: int = 0) -> None:
+        """Send one point of a traced process (``ts`` monotonic), as the record handlers do."""
+        self._emit(proc, metric, ts, value, attrs, tid)
+
+    def ship_stack(self, proc: Proc, rec: StackRecord) -> str | None:
+        """Name a captured stack and ship it the first time this agent sees it; its id (None: no symbols)."""
         if self.stacks is None:
-            return
-        proc = self._proc(rec.pid)
+            return None
         info = self.stacks.stack(rec, proc.info.start_ticks)
         if info is None:
-            return
+            return None
         if info.new:
             attrs: dict[str, AttrValue] = {c.STACK_ID: info.id, c.STACK_FRAMES: "\n".join(info.frames),
                                            c.STACK_TRUNCATED: info.truncated}
             self._emit(proc, c.M_STACK, rec.ts, len(info.frames), attrs)
+        return info.id
+
+    def _stack(self, rec: StackRecord) -> None:
+        """Ship a captured stack and hold its id for the record it precedes (or put a sample in its
+        thread's window)."""
+        if self.stacks is None:
+            return
+        sid = self.ship_stack(self._proc(rec.pid), rec)
+        if sid is None:
+            return
         if rec.source == STACK_SOURCE.SAMPLE:
-            self.windows.sample(rec.pid, rec.tid, rec.ts, info.id)
+            self.windows.sample(rec.pid, rec.tid, rec.ts, sid)
             return
         if len(self._stack_of) >= 4096:
             self._stack_of.clear()
-        self._stack_of[rec.tid] = (rec.ts, info.id)
+        self._stack_of[rec.tid] = (rec.ts, sid)
 
     def _stack_for(self, tid: int, ts: int) -> str | None:
         """The id of the stack taken at ``ts`` by ``tid`` (its record came just before this one)."""
@@ -389,6 +402,7 @@ class Tracker:
                 self._launches(proc, rec.tid, rec.launches, rec.ts, chain, ride=attrs)
             comm.seq += 1
         proc.pending.append(Pending(rec, chain, attrs, primary, comm))
+        proc.caller_tid, proc.last_enter_ns = rec.tid, rec.ts
 
     def _pre_window(self, proc: Proc, comm: Comm, rec: CallRecord) -> dict[str, float | int | str]:
         """The call's pre-call window broken down by cause class, as Echo's analysis would from raw

@@ -124,6 +124,15 @@ PRE_ONCPU_SAMPLES: Final = "rankecho.pre.oncpu_samples"
 EXIT_STATUS: Final = "rankecho.process.exit_status"
 """Of a process exit: the status it passed to exit_group (0..255); absent when it died another way (a
 signal) or the agent missed the call."""
+STATE_CALL: Final = "rankecho.state.call"
+"""Of a rank-state point: the traced function its collective-calling thread is inside now (absent: none)."""
+STATE_CALL_SINCE_NS: Final = "rankecho.state.call_since_ns"
+"""Of a rank-state point with ``STATE_CALL``: when that call was entered (unix ns, node clock)."""
+STATE_OFFCPU_SINCE_NS: Final = "rankecho.state.offcpu_since_ns"
+"""Of a rank-state point: when the thread went off the CPU, if it is off it now (unix ns, node clock)."""
+STATE_SLEEPING: Final = "rankecho.state.sleeping"
+"""Of a rank-state point with ``STATE_OFFCPU_SINCE_NS``: true when the thread blocked (sleep, poll, a lock),
+false when it was preempted and waits for a CPU."""
 DROP_SOURCE: Final = "rankecho.agent.drop_source"
 """Of a drop count: ``ringbuf`` (kernel side full) or ``spool`` (disk spool over its size bound)."""
 
@@ -150,6 +159,11 @@ timestamp = first seen; value_int = number of frames; attributes ``STACK_ID``, `
 M_PROCESS_EXIT: Final = "rankecho.process.exit"
 """One per traced process that exits while its agent runs. timestamp = exit; value_int = the exit status
 (``rankecho.process.exit_status``), -1 when unknown."""
+M_RANK_STATE: Final = "rankecho.rank.state"
+"""What a quiet rank is doing now: sent every heartbeat (agent ``--heartbeat-s``) for each rank that has
+entered no collective for that long. timestamp = now; value_double = seconds since its last collective
+entry; ``STATE_*`` attributes, ``STACK_ID`` of its switch-out stack when off the CPU, and the instance it is
+to enter next as ``CAUSAL_CHAIN_ID``. Hang analysis: ``fleet.cluster.find_hangs`` (``doing``)."""
 M_GPU_UTIL: Final = "rankecho.gpu.utilization"
 M_GPU_MEM_USED: Final = "rankecho.gpu.memory.used"
 M_GPU_SM_CLOCK: Final = "rankecho.gpu.clock.sm"

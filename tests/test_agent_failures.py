@@ -116,4 +116,15 @@ def test_hang_is_named_live_with_the_missing_rank(echo: Echo, tmp_path: Path) ->
     assert {tuple(h["missing"]) for h in seen["hangs"]} == {(3,)}, seen
     world = [h for h in seen["hangs"] if h["entered"] == [0, 1, 2]]
     assert world, seen  # the world all-reduce: ranks 0-2 entered, rank 3 never did
+    # What rank 3 is stuck in, from its agent's heartbeat: asleep in ppoll() inside the sim's hang_rank,
+    # off the CPU since before the instance the others wait in opened, in no traced call.
+    [doing] = world[0]["doing"]
+    assert (doing["rank"], doing["node_id"], doing["sleeping"], doing["call"]) == (3, "node-b", True, None), (
+        doing
+    )
+    # A state goes out once the rank is quiet for a heartbeat (5 s); the sim's endless hang sleeps in a
+    # loop of 1 s ppoll() calls, so the current off-CPU interval is at most ~1 s old.
+    assert doing["quiet_s"] >= 5.0 and 0 <= doing["off_cpu_s"] <= 5.0, doing
+    assert "hang_rank" in (doing["leading_frames"] or ""), doing
+    assert doing["summary"] in world[0]["summary"]
     assert seen["crashes"] == [] and seen["desyncs"] == []

@@ -77,6 +77,14 @@ class Job:
                             "value_double": value.get("value_double"), "value_int": value.get("value_int"),
                             "causal_chain_id": chain, "attrs_json": json.dumps(attrs)})  # fmt: skip
 
+    def state(self, rank: int, at_ns: int, quiet_s: float, **attrs: Any) -> None:
+        """A heartbeat (rankecho.rank.state) of ``rank``: what it is doing at ``at_ns``."""
+        self._add(rank, c.M_RANK_STATE, at_ns, dict(attrs), f"{self.comm}:x", value_double=quiet_s)
+
+    def stack(self, stack_id: str, frames: list[str]) -> None:
+        self._add(0, c.M_STACK, T0, {c.STACK_ID: stack_id, c.STACK_FRAMES: "\n".join(frames),
+                                     c.STACK_TRUNCATED: False}, "", value_int=len(frames))  # fmt: skip
+
     def write(self, con: duckdb.DuckDBPyConnection) -> None:
         new = self.events[self.written:]
         if not new:
@@ -223,3 +231,48 @@ def test_two_jobs_on_one_cluster_keep_their_failures_apart(con: duckdb.DuckDBPyC
     assert (len(only_a["hangs"]), [x["rank"] for x in only_a["crashes"]], only_a["job_id"]) == (1, [1], "a")
     assert (only_b["hangs"], [x["rank"] for x in only_b["crashes"]]) == ([], [2])
     assert inv.find_hangs(job_id="nope")["verdict"] == "no hang, crash or desync"
+
+
+def rank_2_hangs_at_step_20() -> Job:
+    """20 steps, then ranks 0, 1 and 3 enter seq 20 and rank 2 never does."""
+    job = Job()
+    job.steps(20)
+    for rank in (0, 1, 3):
+        job.collective(rank, 20, done=False)
+    return job
+
+
+def test_a_hang_says_what_the_missing_rank_is_stuck_in_from_its_latest_heartbeat(
+    con: duckdb.DuckDBPyConnection,
+) -> None:
+    job = rank_2_hangs_at_step_20()
+    opened = T0 + 20 * STEP_NS
+    s = 10**9
+    job.stack("5a5a5a5a5a5a5a5a", ["[unknown]", "ppoll", "hang_rank", "run_step", "main"])
+    # Before the instance opened (a stale state of an earlier quiet spell), then two heartbeats while stuck:
+    # the latest one is named. Rank 0 waiting in its sync is not a missing rank: not listed.
+    job.state(2, opened - 20 * s, 5.0, **{c.STATE_CALL: "cudaMalloc", c.STATE_CALL_SINCE_NS: opened - 25 * s})
+    job.state(2, opened + 25 * s, 25.0, **{c.STATE_OFFCPU_SINCE_NS: opened - 1 * s, c.STATE_SLEEPING: False})
+    job.state(2, opened + 30 * s, 30.0, **{c.STATE_OFFCPU_SINCE_NS: opened - 1 * s, c.STATE_SLEEPING: True,
+                                           c.STACK_ID: "5a5a5a5a5a5a5a5a"})  # fmt: skip
+    job.state(0, opened + 30 * s, 30.0, **{c.STATE_CALL: "cudaStreamSynchronize",
+                                           c.STATE_CALL_SINCE_NS: opened})  # fmt: skip
+    [hang] = find(con, job, opened + 31 * s)["hangs"]
+    [doing] = hang["doing"]
+    assert (doing["rank"], doing["node_id"], doing["sleeping"], doing["off_cpu_s"], doing["call"]) == (
+        2, "n1", True, 31.0, None
+    )
+    assert doing["leading_frames"] == "ppoll <- hang_rank <- run_step <- main"
+    assert doing["quiet_s"] == 30.0
+    assert doing["summary"] == ("rank 2 (n1) no collective for 30.0 s, asleep off the CPU (for 31.0 s), "
+                                "in ppoll <- hang_rank <- run_step <- main")
+    assert doing["summary"] in hang["summary"]
+
+
+def test_a_hang_without_heartbeats_has_nothing_to_say_about_the_missing_rank(
+    con: duckdb.DuckDBPyConnection,
+) -> None:
+    job = rank_2_hangs_at_step_20()
+    job.state(2, T0 + 20 * STEP_NS - 10**9, 5.0, **{c.STATE_CALL: "cudaMalloc"})  # before it opened: stale
+    [hang] = find(con, job, T0 + 20 * STEP_NS + 31 * 10**9)["hangs"]
+    assert hang["doing"] == [] and hang["summary"].endswith("rank 2 never did")

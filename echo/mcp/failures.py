@@ -94,6 +94,9 @@ def _hang(r: dict[str, Any]) -> dict[str, Any]:
     )
     if r["exited"]:
         summary += f" ({_ranks(r['exited'])} exited)"
+    doing = [_doing(d) for d in r.get("doing") or []]
+    if doing:
+        summary += "; " + "; ".join(d["summary"] for d in doing)
     return {
         "cluster_id": r["cluster_id"],
         "job_id": r["job_id"],
@@ -110,7 +113,36 @@ def _hang(r: dict[str, Any]) -> dict[str, Any]:
         "unseen_ranks": r["unseen"],
         "threshold_s": round(r["threshold_ns"] / 1e9, 1),
         "step_ms": None if r["step_ns"] is None else round(r["step_ns"] / 1e6, 1),
+        "doing": doing,
         "summary": summary,
+    }
+
+
+def _doing(d: dict[str, Any]) -> dict[str, Any]:
+    """One missing rank's latest heartbeat: what it was stuck in when its agent last looked."""
+    parts = [f"no collective for {d['quiet_s']:.1f} s"]
+    if d["off_cpu_s"] is not None:
+        # Since this switch-out only: a rank waiting in a loop (poll with a timeout) wakes now and then.
+        how = "asleep off the CPU" if d["sleeping"] else "waiting for a CPU"
+        parts.append(f"{how} (for {d['off_cpu_s']:.1f} s)")
+    else:
+        parts.append("running on a CPU")
+    if d["call"] is not None:
+        parts.append(f"inside {d['call']}" + (f" for {d['call_s']:.1f} s" if d["call_s"] is not None else ""))
+    if d["leading_frames"]:
+        parts.append(f"in {d['leading_frames']}")
+    return {
+        "rank": d["rank"],
+        "node_id": d["node_id"],
+        "as_of": iso(d["at_ns"]),
+        "quiet_s": round(d["quiet_s"], 1),
+        "call": d["call"],
+        "call_s": None if d["call_s"] is None else round(d["call_s"], 1),
+        "off_cpu_s": None if d["off_cpu_s"] is None else round(d["off_cpu_s"], 1),
+        "sleeping": d["sleeping"],
+        "stack_id": d["stack_id"],
+        "leading_frames": d["leading_frames"],
+        "summary": f"rank {d['rank']} ({d['node_id']}) " + ", ".join(parts),
     }
 
 

@@ -163,7 +163,9 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         """Failures that stop a job rather than slow it, first of each kind first. hangs: collective instances
         some ranks entered and none completed, open longer than the threshold now, with who entered
         (entered), who never did and is still alive (missing: the hung ranks), who exited, since when and
-        open_s. crashes: rank processes that exited while the job still needed them (non-zero exit status,
+        open_s, and doing: what each missing rank was doing at its agent's latest heartbeat (quiet_s,
+        off_cpu_s and sleeping, the traced call it is inside, leading_frames of its stack). crashes: rank
+        processes that exited while the job still needed them (non-zero exit status,
         or an instance left open), with the exit status when the process called exit (null: a signal),
         the instance it was to enter next and who had entered it; first = the earliest exit, the crash
         (later ones are usually peers aborting). desyncs: instances whose ranks issued different collectives
