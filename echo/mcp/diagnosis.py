@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from rankecho.echo.mcp.causes import CATEGORIES, CAUSE_TEXT, next_step
 from rankecho.echo.mcp.coverage import no_data_message
+from rankecho.echo.mcp.links import link_entry
+from rankecho.echo.mcp.links import who as link_who
 from rankecho.echo.mcp.sanitize import MAX_ITEMS
 from rankecho.echo.mcp.windows import Window, iso
 
@@ -91,6 +93,9 @@ class Diagnosis:
             s["cause"]["stack"] = self._inv.stacks.lead(s, job)
             s["cause"]["leading_frames"] = (s["cause"]["stack"] or {}).get("leading_frames")
             s["summary"] = _summary(s, clusters[s["cluster_id"]])
+        links, links_cut = self._links(w, cluster_id, min_late_ms, max_episodes, job, clusters, rates)
+        stragglers += [s for s in links if s.pop("significant")]  # after ranks and nodes: their order holds
+        noise += [s for s in links if s not in stragglers]
         for cluster in clusters.values():
             named = [s for s in stragglers if s["cluster_id"] == cluster["cluster_id"]]
             cluster["verdict"] = (
@@ -110,8 +115,25 @@ class Diagnosis:
             "isolated_late_episodes": [
                 {k: s[k] for k in ISOLATED_FIELDS} for s in noise
             ][:MAX_STRAGGLERS],
-            "truncated": cut or len(stragglers) > MAX_STRAGGLERS,
+            "truncated": cut or links_cut or len(stragglers) > MAX_STRAGGLERS,
         }
+
+    def _links(
+        self, w: Window, cluster_id: str | None, min_late_ms: float | None, max_episodes: int,
+        job: str | None, clusters: dict[str, dict[str, Any]], rates: dict[str, float],
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """The slow links (rk_links) as find_stragglers entries of kind 'link', with ``significant``."""
+        rows, cut = self._inv.records(self._inv.run_named(
+            "find_links", start_ns=w.start_ns, end_ns=w.end_ns, cluster_id=cluster_id,
+            min_late_ms=min_late_ms, max_episodes=max_episodes, job_id=job,
+        ))  # fmt: skip
+        out = []
+        for row in rows:
+            cluster = clusters.get(row["cluster_id"], {})
+            entry = link_entry(row, cluster, rates.get(row["cluster_id"]), self._inv.rates.currency)
+            entry["significant"] = bool(row["significant"])
+            out.append(entry)
+        return out, cut
 
     def explain_straggler(
         self,
@@ -328,6 +350,8 @@ def _straggler(
 
 
 def _who(s: dict[str, Any]) -> str:
+    if s["kind"] == "link":
+        return link_who(s)
     if s["kind"] == "node":
         return f"node {s['node_id']} (ranks {', '.join(map(str, s['ranks']))})"
     return f"rank {s['rank']} on {s['node_id']}"
