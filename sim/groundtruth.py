@@ -187,7 +187,7 @@ def build_ground_truth(
 ) -> dict[str, Any]:
     """The ground-truth document (see docs/sim.md for its fields). ``observed``: the spans each node's
     agents saw ({node_id, from_ns, to_ns}, wall clock), when agents ran."""
-    def site(kind: str) -> dict[str, str]:
+    def site(kind: str) -> dict[str, str | None]:
         """Where a fault of ``kind`` ran in this scenario's rank program (sim/faultsites.py)."""
         if kind not in FAULT_SITES:  # slow_link: no function of the rank's, the transfer is slower
             return {"function": None, "frame": None}

@@ -340,7 +340,7 @@ def _check_links(sc: Scenario) -> None:
         if f.kind not in LINK_KINDS:
             continue
         if sc.program != "c":
-            raise ScenarioError(f"faults[{i}].kind: slow_link is simulated in the C rank only; use program: c")
+            raise ScenarioError(f"faults[{i}].kind: only the C rank simulates slow_link; use program: c")
         if sc.world_size < 2:
             raise ScenarioError(f"faults[{i}]: a slow_link needs a collective to slow; use at least 2 ranks")
         if f.node is not None and len(sc.nodes) < 2:
