@@ -271,7 +271,9 @@ def _fault(i: int, raw: Any, world: int, steps: int, node_ids: set[str]) -> Faul
     if d["kind"] in FAILURE_KINDS:
         _failure_fields(where, d, world)
     elif d["kind"] in LINK_KINDS:
-        _link_fields(where, d)
+        from rankecho.sim.scenario_links import link_fields  # (it imports this module)
+
+        link_fields(where, d)
     else:
         if "factor" in d:
             raise ScenarioError(f"{where}.factor: only a slow_link takes a factor; remove it")
@@ -316,38 +318,6 @@ def _failure_fields(where: str, d: dict[str, Any], world: int) -> None:
         raise ScenarioError(f"{where}.status: only a crash has an exit status; remove it")
     if kind == "desync" and world < 2:
         raise ScenarioError(f"{where}: a desync needs another rank to disagree with; use at least 2 ranks")
-
-
-def _link_fields(where: str, d: dict[str, Any]) -> None:
-    """slow_link takes a bandwidth factor, not a duration; refuse what would never change a transfer."""
-    for key, fix in (("ms", "give factor (bandwidth divided by it) instead"),
-                     ("jitter", "remove it (write one fault per factor)"),
-                     ("status", "only a crash has an exit status; remove it")):  # fmt: skip
-        if key in d:
-            raise ScenarioError(f"{where}.{key}: a slow_link takes no {key}; {fix}")
-    if "factor" not in d:
-        raise ScenarioError(f"{where}: missing required key(s) ['factor'] (the bandwidth is divided by it)")
-    d["factor"] = float(_number(f"{where}.factor", d["factor"]))
-    if not 1.0 < d["factor"] <= 100.0:
-        raise ScenarioError(f"{where}.factor: {d['factor']} would not slow anything or is out of range; "
-                            "pick a factor > 1 and <= 100")
-
-
-def _check_links(sc: Scenario) -> None:
-    """Refuse a slow_link that could never take effect: on a one-rank world (no transfer), on a node
-    when no communicator spans two nodes (a NIC carries only inter-node traffic), in the Python rank."""
-    for i, f in enumerate(sc.faults):
-        if f.kind not in LINK_KINDS:
-            continue
-        if sc.program != "c":
-            raise ScenarioError(f"faults[{i}].kind: only the C rank simulates slow_link; use program: c")
-        if sc.world_size < 2:
-            raise ScenarioError(f"faults[{i}]: a slow_link needs a collective to slow; use at least 2 ranks")
-        if f.node is not None and len(sc.nodes) < 2:
-            raise ScenarioError(
-                f"faults[{i}].node: a slow NIC slows only communicators spanning more than one node and "
-                f"this scenario has one node; add a node, or give rank instead of node (every communicator)"
-            )
 
 
 def _check_failures(sc: Scenario) -> None:
@@ -430,7 +400,9 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
         d["bus_gbps"] = float(_number("bus_gbps", d["bus_gbps"], positive=True))
     scenario = Scenario(**d)
     _check_failures(scenario)
-    _check_links(scenario)
+    from rankecho.sim.scenario_links import check_links  # (it imports this module)
+
+    check_links(scenario)
     return scenario
 
 

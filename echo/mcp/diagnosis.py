@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from rankecho.echo.mcp.causes import CATEGORIES, CAUSE_TEXT, next_step
 from rankecho.echo.mcp.coverage import no_data_message
-from rankecho.echo.mcp.links import link_entry
+from rankecho.echo.mcp.links import find_links
 from rankecho.echo.mcp.links import who as link_who
 from rankecho.echo.mcp.sanitize import MAX_ITEMS
 from rankecho.echo.mcp.windows import Window, iso
@@ -93,7 +93,8 @@ class Diagnosis:
             s["cause"]["stack"] = self._inv.stacks.lead(s, job)
             s["cause"]["leading_frames"] = (s["cause"]["stack"] or {}).get("leading_frames")
             s["summary"] = _summary(s, clusters[s["cluster_id"]])
-        links, links_cut = self._links(w, cluster_id, min_late_ms, max_episodes, job, clusters, rates)
+        links, links_cut = find_links(self._inv, w, cluster_id, min_late_ms, max_episodes, job, clusters,
+                                      rates)  # slow links (echo/mcp/links.py)
         stragglers += [s for s in links if s.pop("significant")]  # after ranks and nodes: their order holds
         noise += [s for s in links if s not in stragglers]
         for cluster in clusters.values():
@@ -117,23 +118,6 @@ class Diagnosis:
             ][:MAX_STRAGGLERS],
             "truncated": cut or links_cut or len(stragglers) > MAX_STRAGGLERS,
         }
-
-    def _links(
-        self, w: Window, cluster_id: str | None, min_late_ms: float | None, max_episodes: int,
-        job: str | None, clusters: dict[str, dict[str, Any]], rates: dict[str, float],
-    ) -> tuple[list[dict[str, Any]], bool]:
-        """The slow links (rk_links) as find_stragglers entries of kind 'link', with ``significant``."""
-        rows, cut = self._inv.records(self._inv.run_named(
-            "find_links", start_ns=w.start_ns, end_ns=w.end_ns, cluster_id=cluster_id,
-            min_late_ms=min_late_ms, max_episodes=max_episodes, job_id=job,
-        ))  # fmt: skip
-        out = []
-        for row in rows:
-            cluster = clusters.get(row["cluster_id"], {})
-            entry = link_entry(row, cluster, rates.get(row["cluster_id"]), self._inv.rates.currency)
-            entry["significant"] = bool(row["significant"])
-            out.append(entry)
-        return out, cut
 
     def explain_straggler(
         self,

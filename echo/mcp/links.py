@@ -8,9 +8,12 @@ singles out or None), so one answer says what held the job back, a late rank or 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rankecho.echo.mcp.windows import iso
+from rankecho.echo.mcp.windows import Window, iso
+
+if TYPE_CHECKING:
+    from rankecho.echo.mcp.tools import Investigation
 
 NEXT_STEP = (
     "check the named node's NICs and links (ibstat / ethtool error counters, switch port congestion; "
@@ -20,6 +23,25 @@ UNLOCALISED_STEP = (
     "every node finished the slow steps alike, so the data cannot single one out: run nccl-tests across "
     "node pairs (or give the job communicators that pair nodes differently) to find the slow link"
 )
+
+
+def find_links(
+    inv: Investigation, w: Window, cluster_id: str | None, min_late_ms: float | None, max_episodes: int,
+    job: str | None, clusters: dict[str, dict[str, Any]], rates: dict[str, float],
+) -> tuple[list[dict[str, Any]], bool]:
+    """The slow links of the window (named query find_links) as find_stragglers entries of kind 'link', each
+    with ``significant``; and whether the rows were cut."""
+    rows, cut = inv.records(inv.run_named(
+        "find_links", start_ns=w.start_ns, end_ns=w.end_ns, cluster_id=cluster_id, min_late_ms=min_late_ms,
+        max_episodes=max_episodes, job_id=job,
+    ))  # fmt: skip
+    out = []
+    for row in rows:
+        entry = link_entry(row, clusters.get(row["cluster_id"], {}), rates.get(row["cluster_id"]),
+                           inv.rates.currency)  # fmt: skip
+        entry["significant"] = bool(row["significant"])
+        out.append(entry)
+    return out, cut
 
 
 def link_entry(

@@ -24,13 +24,14 @@ CREATE OR REPLACE TEMP MACRO rk_link_tuning() AS TABLE
 SELECT 0.5 AS lag_fraction, 0.5 AS node_share, 3 AS min_steps;
 
 -- name: rk_link_instances
--- One row per complete instance: its ranks (n) and nodes, transfer_ns (completion less last arrival),
+-- One row per complete instance: its ranks (n, and the list) and nodes, transfer_ns (completion less last arrival),
 -- its slot's typical transfer (median), extra_ns over it, the largest lateness at its step
 -- (step_late_ns, host or GPU) and whether it is slow; with the cluster's threshold_ns and steps.
 CREATE OR REPLACE TEMP MACRO rk_link_instances(start_ns, end_ns, cluster, min_late_ms := NULL, job := NULL) AS TABLE
 WITH l AS MATERIALIZED (SELECT * FROM rk_lateness(start_ns, end_ns, cluster, min_late_ms, job := job)),
 inst AS MATERIALIZED (
     SELECT cluster_id, comm_key, seq_g, any_value(step) AS step, any_value(pos) AS pos, count(*) AS n,
+           list(rank) AS ranks,
            count(DISTINCT node_id) AS nodes, CAST(min(enter_c) AS BIGINT) AS first_c,
            CAST(any_value(done_c) - max(enter_c) AS BIGINT) AS transfer_ns,
            max(greatest(host_late_ns, coalesce(gpu_late_ns, 0))) AS late_ns,
@@ -78,7 +79,8 @@ WITH i AS MATERIALIZED (SELECT * FROM rk_link_instances(start_ns, end_ns, cluste
 slow_steps AS MATERIALIZED (  -- per step with a slow instance: its slowest, the slow communicators
     SELECT cluster_id, step, max(extra_ns) FILTER (WHERE slow) AS extra_ns,
            arg_max(comm_key || ':' || seq_g, extra_ns) FILTER (WHERE slow) AS causal_chain_id,
-           min(first_c) FILTER (WHERE slow) AS timestamp_ns, arg_max(n, extra_ns) FILTER (WHERE slow) AS n,
+           min(first_c) FILTER (WHERE slow) AS timestamp_ns,
+           len(list_distinct(flatten(list(ranks) FILTER (WHERE slow)))) AS n,  -- the ranks that waited
            arg_max(transfer_ns, extra_ns) FILTER (WHERE slow) AS transfer_ns,
            arg_max(typical_ns, extra_ns) FILTER (WHERE slow) AS typical_ns, any_value(threshold_ns) AS threshold_ns,
            any_value(steps) AS steps, list(DISTINCT comm_key) FILTER (WHERE slow) AS comms,
