@@ -133,8 +133,7 @@ SELECT e.cluster_id, 'link' AS kind, e.node_id, CAST(NULL AS INTEGER) AS rank,
        count(*) >= any_value(t.min_steps) AS significant, count(*) / any_value(e.steps) AS share,
        any_value(p.period) AS period, any_value(p.period_confidence) AS period_confidence,
        bool_and(e.inter_node) AS inter_node, list_distinct(flatten(list(e.comms))) AS communicators,
-       median(e.transfer_ns) / 1e6 AS transfer_ms, median(e.typical_ns) / 1e6 AS typical_transfer_ms,
-       sum(e.extra_ns / e.named_nodes) AS delay_ns
+       median(e.transfer_ns) / 1e6 AS transfer_ms, median(e.typical_ns) / 1e6 AS typical_transfer_ms
 FROM entity_steps e
 CROSS JOIN rk_link_tuning() t
 LEFT JOIN periods p ON p.cluster_id = e.cluster_id AND p.node_id IS NOT DISTINCT FROM e.node_id
