@@ -100,7 +100,7 @@ def write_job(con: duckdb.DuckDBPyConnection, job: SyntheticJob) -> int:
     """Insert the job's events into ``events`` and stage them into the analysis tables; returns the
     number of events written. ``con`` must be a writable, migrated store."""
     if bad := [f.kind for f in job.faults if f.kind not in ("host", "gpu", "link")]:
-        raise ValueError(f"fault kind {bad[0]!r}: use 'host', 'gpu' or 'link'")
+        raise ValueError(f"fault kind {bad[0]!r}: use 'host' or 'gpu', or 'link' for a slow transfer")
     if job.world % job.tp_size:
         raise ValueError(f"tp_size {job.tp_size} does not divide the world size {job.world}")
     ranks = pa.table(

@@ -23,15 +23,22 @@
 CREATE OR REPLACE TEMP MACRO rk_link_tuning() AS TABLE
 SELECT 0.5 AS lag_fraction, 0.5 AS node_share, 3 AS min_steps;
 
--- name: rk_link_instances
--- One row per complete instance: its ranks (n, and the list) and nodes, transfer_ns (completion less last arrival),
--- its slot's typical transfer (median), extra_ns over it, the largest lateness at its step
--- (step_late_ns, host or GPU) and whether it is slow; with the cluster's threshold_ns and steps.
-CREATE OR REPLACE TEMP MACRO rk_link_instances(start_ns, end_ns, cluster, min_late_ms := NULL, job := NULL) AS TABLE
-WITH l AS MATERIALIZED (SELECT * FROM rk_lateness(start_ns, end_ns, cluster, min_late_ms, job := job)),
+-- name: rk_link_rows
+-- One row per (complete instance, rank) of rk_lateness, with its instance's verdict: ranks (n) and nodes
+-- (cluster_nodes: the most any instance spans), first_c (its first arrival), transfer_ns (completion less
+-- last arrival), its slot's typical transfer (median), extra_ns over it, the largest lateness at its step
+-- (step_late_ns, host or GPU side), slow, threshold_ns and steps; first marks one row per instance (its
+-- lowest rank's). And the rank's lag at the step: lag_ns, its last completion of the step less the step's
+-- earliest rank's, and lag_excess_ns above its own median lag (a rank always last to finish is not slow).
+-- One macro, so rk_links reads rk_lateness once.
+CREATE OR REPLACE TEMP MACRO rk_link_rows(start_ns, end_ns, cluster, min_late_ms := NULL, job := NULL) AS TABLE
+WITH l AS MATERIALIZED (
+    SELECT cluster_id, comm_key, seq_g, step, pos, node_id, rank, first_rank, enter_c, done_c, complete_c,
+           host_late_ns, gpu_late_ns, threshold_ns, steps
+    FROM rk_lateness(start_ns, end_ns, cluster, min_late_ms, job := job)
+),
 inst AS MATERIALIZED (
     SELECT cluster_id, comm_key, seq_g, any_value(step) AS step, any_value(pos) AS pos, count(*) AS n,
-           list(rank) AS ranks,
            count(DISTINCT node_id) AS nodes, CAST(min(enter_c) AS BIGINT) AS first_c,
            CAST(any_value(done_c) - max(enter_c) AS BIGINT) AS transfer_ns,
            max(greatest(host_late_ns, coalesce(gpu_late_ns, 0))) AS late_ns,
@@ -40,29 +47,30 @@ inst AS MATERIALIZED (
 ),
 wide AS (SELECT cluster_id, max(nodes) AS cluster_nodes FROM inst GROUP BY ALL),
 slot AS (SELECT cluster_id, comm_key, pos, median(transfer_ns) AS typical_ns FROM inst GROUP BY ALL),
-step_late AS (SELECT cluster_id, step, greatest(max(late_ns), 0) AS step_late_ns FROM inst GROUP BY ALL)
-SELECT i.*, w.cluster_nodes, CAST(s.typical_ns AS BIGINT) AS typical_ns, CAST(i.transfer_ns - s.typical_ns AS BIGINT) AS extra_ns,
-       t.step_late_ns,
-       i.step IS NOT NULL AND i.transfer_ns - s.typical_ns - t.step_late_ns >= i.threshold_ns AS slow
-FROM inst i
-JOIN slot s ON s.cluster_id = i.cluster_id AND s.comm_key = i.comm_key AND s.pos IS NOT DISTINCT FROM i.pos
-JOIN step_late t ON t.cluster_id = i.cluster_id AND t.step IS NOT DISTINCT FROM i.step
-JOIN wide w ON w.cluster_id = i.cluster_id;
-
--- name: rk_link_lags
--- Per (cluster, step, rank): lag_ns, the rank's last completion of the step less the step's earliest
--- rank's, and lag_excess_ns above the rank's own median lag (a rank always last to finish is not slow).
-CREATE OR REPLACE TEMP MACRO rk_link_lags(start_ns, end_ns, cluster, job := NULL) AS TABLE
-WITH done AS (
-    SELECT cluster_id, step, node_id, rank, max(complete_c) AS done_c
-    FROM rk_arrivals(start_ns, end_ns, cluster, job := job)
-    WHERE step IS NOT NULL AND complete_c IS NOT NULL AND n = comm_size
-    GROUP BY ALL
+step_late AS (SELECT cluster_id, step, greatest(max(late_ns), 0) AS step_late_ns FROM inst GROUP BY ALL),
+judged AS MATERIALIZED (
+    SELECT i.*, w.cluster_nodes, CAST(s.typical_ns AS BIGINT) AS typical_ns,
+           CAST(i.transfer_ns - s.typical_ns AS BIGINT) AS extra_ns, t.step_late_ns,
+           i.step IS NOT NULL AND i.transfer_ns - s.typical_ns - t.step_late_ns >= i.threshold_ns AS slow
+    FROM inst i
+    JOIN slot s ON s.cluster_id = i.cluster_id AND s.comm_key = i.comm_key AND s.pos IS NOT DISTINCT FROM i.pos
+    JOIN step_late t ON t.cluster_id = i.cluster_id AND t.step IS NOT DISTINCT FROM i.step
+    JOIN wide w ON w.cluster_id = i.cluster_id
 ),
-lags AS (SELECT *, done_c - min(done_c) OVER (PARTITION BY cluster_id, step) AS lag_ns FROM done)
-SELECT cluster_id, step, node_id, rank, CAST(lag_ns AS BIGINT) AS lag_ns,
-       CAST(lag_ns - median(lag_ns) OVER (PARTITION BY cluster_id, rank) AS BIGINT) AS lag_excess_ns
-FROM lags;
+done AS (  -- each rank's last completion of each step
+    SELECT cluster_id, step, rank, max(complete_c) AS done_c
+    FROM l WHERE step IS NOT NULL AND complete_c IS NOT NULL GROUP BY ALL
+),
+lags AS (SELECT *, done_c - min(done_c) OVER (PARTITION BY cluster_id, step) AS lag_ns FROM done),
+excess AS (
+    SELECT cluster_id, step, rank, lag_ns, lag_ns - median(lag_ns) OVER (PARTITION BY cluster_id, rank) AS lag_excess_ns
+    FROM lags
+)
+SELECT l.node_id, l.rank, l.rank = l.first_rank AS first, j.*,
+       CAST(x.lag_ns AS BIGINT) AS lag_ns, CAST(x.lag_excess_ns AS BIGINT) AS lag_excess_ns
+FROM l
+JOIN judged j USING (cluster_id, comm_key, seq_g)
+LEFT JOIN excess x ON x.cluster_id = l.cluster_id AND x.step = l.step AND x.rank = l.rank;
 
 -- name: rk_links
 -- One row per slow link (kind 'link'), named by node (node_id NULL: not localised), with the columns
@@ -75,12 +83,13 @@ FROM lags;
 -- communicators (those with slow instances: the slowed ones and those sharing a sync with them),
 -- transfer_ms / typical_transfer_ms (of each step's slowest instance, medians over the episodes).
 CREATE OR REPLACE TEMP MACRO rk_links(start_ns, end_ns, cluster, min_late_ms := NULL, job := NULL) AS TABLE
-WITH i AS MATERIALIZED (SELECT * FROM rk_link_instances(start_ns, end_ns, cluster, min_late_ms, job := job)),
+WITH r AS MATERIALIZED (SELECT * FROM rk_link_rows(start_ns, end_ns, cluster, min_late_ms, job := job)),
+i AS (SELECT * FROM r WHERE first),  -- one row per instance
+waited AS (SELECT cluster_id, step, count(DISTINCT rank) AS n FROM r WHERE slow GROUP BY ALL),
 slow_steps AS MATERIALIZED (  -- per step with a slow instance: its slowest, the slow communicators
     SELECT cluster_id, step, max(extra_ns) FILTER (WHERE slow) AS extra_ns,
            arg_max(comm_key || ':' || seq_g, extra_ns) FILTER (WHERE slow) AS causal_chain_id,
            min(first_c) FILTER (WHERE slow) AS timestamp_ns,
-           len(list_distinct(flatten(list(ranks) FILTER (WHERE slow)))) AS n,  -- the ranks that waited
            arg_max(transfer_ns, extra_ns) FILTER (WHERE slow) AS transfer_ns,
            arg_max(typical_ns, extra_ns) FILTER (WHERE slow) AS typical_ns, any_value(threshold_ns) AS threshold_ns,
            any_value(steps) AS steps, list(DISTINCT comm_key) FILTER (WHERE slow) AS comms,
@@ -88,11 +97,12 @@ slow_steps AS MATERIALIZED (  -- per step with a slow instance: its slowest, the
                OR NOT bool_or(slow AND nodes = 1) AS inter_node
     FROM i GROUP BY cluster_id, step HAVING bool_or(slow)
 ),
+slow_waited AS (SELECT s.*, w.n FROM slow_steps s JOIN waited w USING (cluster_id, step)),  -- n: ranks that waited
 lagging AS (  -- per slow step and node: the share of its ranks that finished late
     SELECT g.cluster_id, g.step, g.node_id, list(g.rank ORDER BY g.rank) AS node_ranks,
            list(g.rank ORDER BY g.rank) FILTER (WHERE g.lag_excess_ns >= t.lag_fraction * s.threshold_ns) AS late_ranks,
            count(*) FILTER (WHERE g.lag_excess_ns >= t.lag_fraction * s.threshold_ns) / count(*) AS share
-    FROM rk_link_lags(start_ns, end_ns, cluster, job := job) g
+    FROM (SELECT DISTINCT cluster_id, step, node_id, rank, lag_excess_ns FROM r) g
     JOIN slow_steps s USING (cluster_id, step) CROSS JOIN rk_link_tuning() t
     GROUP BY ALL
 ),
@@ -110,7 +120,7 @@ named AS (  -- the nodes the data singles out at each slow step
 entity_steps AS (  -- one row per (link, slow step): a named node, or NULL when nobody is singled out
     SELECT s.*, n.node_id, coalesce(n.node_ranks, []) AS node_ranks, coalesce(n.late_ranks, []) AS late_ranks,
            coalesce(n.named_nodes, 1) AS named_nodes
-    FROM slow_steps s LEFT JOIN named n USING (cluster_id, step)
+    FROM slow_waited s LEFT JOIN named n USING (cluster_id, step)
 ),
 gaps AS (
     SELECT cluster_id, node_id, step - lag(step) OVER (PARTITION BY cluster_id, node_id ORDER BY step) AS gap
