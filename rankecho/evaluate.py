@@ -35,11 +35,15 @@ from rankecho.sim.launcher import LaunchOptions, run_scenario
 from rankecho.sim.procs import LaunchError
 from rankecho.sim.scenario import Scenario, ScenarioError, load_scenario
 from rankecho.sim.score import Score, periods, predictions_from, score
+from rankecho.sim.score_links import LinkScore, score_links
 
 SCENARIO_SET = Path(__file__).resolve().parent.parent / "sim" / "scenarios" / "diagnosis"
 TARGETS = {"precision": 0.95, "recall": 0.95, "cause_accuracy": 0.90}
 """What the set must reach (episodes pooled over every scenario), with exact periods and no straggler
 named on a healthy scenario."""
+LINK_TARGETS = {"precision": 0.9, "recall": 0.9, "node_accuracy": 0.9}
+"""Slow links (sim/scenarios/links/, issue 24): slow steps pooled over the scenarios with a slow_link, the
+right node named at 90% of those found, and no link named on a scenario without a fault."""
 
 
 @dataclass
@@ -59,6 +63,9 @@ class ScenarioResult:
     wall_s: float
     run_dir: str = ""
     notes: list[str] = field(default_factory=list)
+    links: LinkScore = field(default_factory=lambda: LinkScore(0, 0, 0, 0))
+    """The slow links the scored call reports, against the truth's slow_link steps (sim/score_links.py)."""
+    link_faults: int = 0
 
     @property
     def score(self) -> Score:
@@ -67,7 +74,7 @@ class ScenarioResult:
 
     @property
     def healthy(self) -> bool:
-        return not self.periods
+        return not self.periods and not self.link_faults
 
     @property
     def faulted(self) -> set[str]:
@@ -89,7 +96,8 @@ def describe(scenario: Scenario) -> str:
         for n in scenario.nodes
     )
     faults = "; ".join(
-        f"{f.kind} {f.ms:g} ms on {'node ' + f.node if f.node else 'rank ' + str(f.rank)} every {f.every}"
+        f"{f.kind} {f'/{f.factor:g}' if f.kind == 'slow_link' else f'{f.ms:g} ms'} on "
+        f"{'node ' + f.node if f.node else 'rank ' + str(f.rank)} every {f.every}"
         for f in scenario.faults
     )
     splits = "".join(f", split {c.name}/{c.group_size}" for c in scenario.communicators)
@@ -140,10 +148,14 @@ def evaluate(path: Path, workdir: Path, timeout_s: float = 300.0) -> ScenarioRes
         noise_threshold_ms=cluster["noise"]["threshold_ms"] if cluster else None,
         wall_s=round(time.monotonic() - started, 1),
         run_dir=str(run.run_dir),
+        links=score_links(run.truth, scored),
+        link_faults=len(run.truth.get("links", [])),
     )
 
 
 def _who(s: dict[str, Any]) -> str:
+    if s["kind"] == "link":
+        return f"link {s['node_id'] or '(not localised)'}"
     return f"node {s['node_id']}" if s["kind"] == "node" else f"rank {s['rank']}"
 
 
@@ -157,6 +169,37 @@ def pooled(results: list[ScenarioResult]) -> Score:
     )
 
 
+def pooled_links(results: list[ScenarioResult]) -> LinkScore:
+    """The slow-link score over the scenarios with a slow_link fault."""
+    total = LinkScore(0, 0, 0, 0)
+    for r in results:
+        if r.link_faults:
+            total = total + r.links
+    return total
+
+
+def link_markdown(results: list[ScenarioResult]) -> str:
+    """The slow-link table (docs/analysis.md#slow-links): per scenario, the slow steps found and the node."""
+    lines = ["| scenario | what it is | P | R | TP/FP/FN | right node | links named |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        s = r.links
+        lines.append(
+            f"| {r.scenario} | {r.describes} | {s.precision:.3f} | {s.recall:.3f} | "
+            f"{s.true_positives}/{s.false_positives}/{s.false_negatives} | "
+            f"{s.node_right}/{s.true_positives} | {', '.join(s.named) or 'none'} |"
+        )
+    t = pooled_links(results)
+    lines.append(
+        f"| **with a slow link** | {sum(bool(r.link_faults) for r in results)} scenarios | "
+        f"**{t.precision:.3f}** | **{t.recall:.3f}** | "
+        f"{t.true_positives}/{t.false_positives}/{t.false_negatives} | "
+        f"{t.node_right}/{t.true_positives} ({t.node_accuracy:.3f}) | "
+        f"{sum(bool(r.links.named) for r in results if r.healthy)} healthy named |"
+    )
+    return "\n".join(lines)
+
+
 def verdicts(results: list[ScenarioResult]) -> list[str]:
     """What misses a target, in words (empty when the set meets every target)."""
     total = pooled(results)
@@ -167,6 +210,12 @@ def verdicts(results: list[ScenarioResult]) -> list[str]:
     ]
     misses += [f"{r.scenario}: period {r.periods} not exact" for r in results if not r.periods_exact]
     misses += [f"{r.scenario}: healthy but named {r.named}" for r in results if r.healthy and r.named]
+    misses += [f"{r.scenario}: healthy but named links {r.links.named}" for r in results
+               if r.healthy and r.links.named]  # fmt: skip
+    if any(r.link_faults for r in results):
+        links = pooled_links(results)
+        misses += [f"links {name} {getattr(links, name):.3f} < {target}"
+                   for name, target in LINK_TARGETS.items() if getattr(links, name) < target]  # fmt: skip
     misses += [
         f"{r.scenario}: named {sorted(set(r.named) - r.faulted)} with no fault"
         for r in results
@@ -234,7 +283,8 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{result.scenario}: P {s.precision:.3f} R {s.recall:.3f} (TP {s.true_positives} FP "
             f"{s.false_positives} FN {s.false_negatives}) periods {result.periods} causes "
-            f"{s.causes_right}/{s.causes_named} named {result.named} ({result.wall_s} s; {workdir})",
+            f"{s.causes_right}/{s.causes_named} named {result.named} links {result.links} "
+            f"({result.wall_s} s; {workdir})",
             file=sys.stderr,
             flush=True,
         )
@@ -244,7 +294,9 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
-    print(markdown(results) if args.markdown else "\n".join(verdicts(results)) or "every target met")
+    with_links = any(r.link_faults or r.links.named for r in results)
+    table = markdown(results) + ("\n\n" + link_markdown(results) if with_links else "")
+    print(table if args.markdown else "\n".join(verdicts(results)) or "every target met")
     return exitcodes.OK if not verdicts(results) else exitcodes.FAILED
 
 

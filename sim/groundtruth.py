@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rankecho.sim.faultsites import fault_frame, fault_function
+from rankecho.sim.faultsites import FAULT_SITES, fault_frame, fault_function
 from rankecho.sim.scenario import Scenario
 
 
@@ -57,6 +57,8 @@ class RankLog:
     failures: list[tuple[str, int, float]] = field(default_factory=list)
     """(kind, step, value) of each hang, crash or desync that fired, logged before it acted (value: a
     hang's ms, 0 for good; a crash's exit status; 0 for a desync)."""
+    links: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """step -> (rank factor, NIC factor) of the slow_link faults that fired on this rank there."""
 
     @property
     def finished(self) -> bool:
@@ -87,6 +89,8 @@ def parse_rank_log(text: str, rank: int) -> RankLog:
             log.steps.append(StepRecord(k, start, enter, end, wait, loader, alloc, fwd, gpu, causes))
         elif parts[0] == "fault" and len(parts) == 4:
             log.failures.append((parts[1], int(parts[2]), float(parts[3])))
+        elif parts[0] == "link" and len(parts) == 4:
+            log.links[int(parts[1])] = (float(parts[2]), float(parts[3]))
         elif parts[0] == "done" and len(parts) == 2:
             log.done_ns = int(parts[1])
     return log
@@ -133,13 +137,60 @@ def failures(logs: dict[int, RankLog]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda e: (e["step"], e["rank"]))
 
 
+BUS_GBPS, LAT_US = 80.0, 20.0
+"""The fake libnccl's default bus bandwidth and per-collective latency (sim/src/simint.h)."""
+
+
+def transfer_ms(scenario: Scenario, size: int, nbytes: float, slow: float = 1.0) -> float:
+    """The fake libnccl's all-reduce transfer time (comm.c transfer_ns): latency plus 2(n-1)/n of the
+    bytes at the bus bandwidth divided by ``slow``."""
+    gbps = scenario.bus_gbps or BUS_GBPS
+    algo = 2.0 * (size - 1) / size if size > 1 else 0.0
+    return round((LAT_US * 1000 + algo * nbytes * slow / gbps) / 1e6, 3)
+
+
+def slow_links(scenario: Scenario, logs: dict[int, RankLog]) -> list[dict[str, Any]]:
+    """One entry per slow_link fault: who (a rank, or a node's NIC), the factor, the steps it really fired
+    (logged by its ranks), and each communicator it slows with the true transfer time of one of its
+    instances, healthy and slowed (a node's NIC slows only communicators spanning two or more nodes)."""
+    node_of = {rank: node.id for rank, node, _ in scenario.rank_layout()}
+    comms = communicator_members(logs)
+    world_bytes = (int(scenario.step.allreduce_mb * 2**20) // scenario.step.buckets // 2) * 2
+    split_bytes = {c.name: int(c.allreduce_mb * 2**20) // 2 * 2 for c in scenario.communicators}
+    out: list[dict[str, Any]] = []
+    for f in scenario.faults:
+        if f.kind != "slow_link":
+            continue
+        struck = set(scenario.fault_ranks(f))
+        steps = sorted({s for r in struck for s, fac in logs[r].links.items() if max(fac) >= f.factor})
+        slowed = []
+        for c in comms:
+            spans = len({node_of[m] for m in c["members"]}) > 1
+            if c["size"] < 2 or not struck & set(c["members"]) or (f.node is not None and not spans):
+                continue
+            nbytes = world_bytes if c["name"] == "world" else split_bytes.get(c["name"], 0)
+            slowed.append({
+                "name": c["name"], "hash": c["hash"], "members": c["members"], "inter_node": spans,
+                "bytes": nbytes, "transfer_ms": transfer_ms(scenario, c["size"], nbytes),
+                "slow_transfer_ms": transfer_ms(scenario, c["size"], nbytes, f.factor),
+            })
+        out.append({
+            "scope": "node" if f.node is not None else "rank", "node_id": f.node if f.node is not None
+            else node_of[f.rank or 0], "rank": f.rank, "ranks": sorted(struck), "factor": f.factor,
+            "every": f.every, "start_step": f.start_step, "steps": steps, "communicators": slowed,
+        })
+    return out
+
+
 def build_ground_truth(
     scenario: Scenario, logs: dict[int, RankLog], observed: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     """The ground-truth document (see docs/sim.md for its fields). ``observed``: the spans each node's
     agents saw ({node_id, from_ns, to_ns}, wall clock), when agents ran."""
-    def site(kind: str) -> dict[str, str]:
+    def site(kind: str) -> dict[str, str | None]:
         """Where a fault of ``kind`` ran in this scenario's rank program (sim/faultsites.py)."""
+        if kind not in FAULT_SITES:  # slow_link: no function of the rank's, the transfer is slower
+            return {"function": None, "frame": None}
         return {"function": fault_function(kind), "frame": fault_frame(kind, scenario.program)}
 
     by_step: dict[int, dict[int, StepRecord]] = {}
@@ -242,10 +293,12 @@ def build_ground_truth(
                 "jitter": f.jitter,
                 **site(f.kind),
                 **({"status": f.status} if f.kind == "crash" else {}),
+                **({"factor": f.factor} if f.kind == "slow_link" else {}),
             }
             for f in scenario.faults
         ],
         "failures": failures(logs),
+        "links": slow_links(scenario, logs),
         "per_step": steps_out,
         "stragglers_by_rank": summary,
         "observed": observed or [],

@@ -143,8 +143,11 @@ def rank_argv(
 def rank_env(
     scenario: Scenario, rank: int, node: Node, local: int, port: int, lib_dir: Path
 ) -> dict[str, str]:
-    return torch_env(rank, scenario.world_size, node.id, local, node.ranks, port,
-                     lib_dir if scenario.load == "linked" else None, run_id=f"sim-{port}")
+    env = torch_env(rank, scenario.world_size, node.id, local, node.ranks, port,
+                    lib_dir if scenario.load == "linked" else None, run_id=f"sim-{port}")
+    if scenario.bus_gbps is not None:  # a uniformly slower network: the fake libnccl's bus bandwidth
+        env["RANKECHO_SIM_BUS_GBPS"] = str(scenario.bus_gbps)
+    return env
 
 
 def torch_env(

@@ -22,7 +22,11 @@ DELAY_KINDS = ("host_compute", "dataloader_stall", "cpu_contention", "slow_gpu",
 FAILURE_KINDS = ("hang", "crash", "desync")
 """Fire once, at ``start_step``: hang (stop before the step's first collective for ``ms``, 0 or 'forever':
 until killed), crash (exit with ``status`` there), desync (that collective with twice the byte count)."""
-FAULT_KINDS = DELAY_KINDS + FAILURE_KINDS
+LINK_KINDS = ("slow_link",)
+"""Not a delay but a factor: ``slow_link`` divides the transfer bandwidth of a rank (every communicator it is
+in) or of a node's NIC (only communicators spanning more than one node) by ``factor`` at the steps it fires
+(as a delay's steps: ``start_step``, ``start_step + every``, ...); every member of such an instance waits."""
+FAULT_KINDS = DELAY_KINDS + FAILURE_KINDS + LINK_KINDS
 LOAD_MODES = ("linked", "dlopen")
 PROGRAMS = ("c", "python")
 """The rank program: build/simrank (C) or sim/pyrank.py (the same loop in Python over ctypes)."""
@@ -93,6 +97,8 @@ class Fault:
     jitter: float = 0.0
     status: int = 1
     """crash only: the exit status."""
+    factor: float = 1.0
+    """slow_link only: the transfer bandwidth is divided by it (> 1)."""
 
     @property
     def ends_rank(self) -> bool:
@@ -108,7 +114,11 @@ class Fault:
         return step >= self.start_step and (step - self.start_step) % self.every == 0
 
     def spec(self) -> str:
-        """The ``--fault`` argument simrank parses (a crash carries its exit status in the ms slot)."""
+        """The ``--fault`` argument simrank parses (a crash carries its exit status in the ms slot, a
+        slow_link its factor; on a node a slow_link is simrank's ``slow_nic``: inter-node only)."""
+        if self.kind == "slow_link":
+            kind = "slow_nic" if self.node is not None else "slow_link"
+            return f"{kind}:{self.factor}:{self.every}:{self.start_step}:0"
         ms = self.status if self.kind == "crash" else self.ms
         return f"{self.kind}:{ms}:{self.every}:{self.start_step}:{self.jitter}"
 
@@ -134,6 +144,9 @@ class Scenario:
     """``program: python`` only: the pyenv CPython version to run it under (None: the launcher's Python)."""
     frame_pointers: bool = True
     """False: the C rank built -fomit-frame-pointer (build/simrank-nofp): its stacks come back truncated."""
+    bus_gbps: float | None = None
+    """Every link's collective bus bandwidth in GB/s (None: the fake libnccl's default, 80): a uniformly
+    slower (or faster) network from the start, not a fault."""
 
     @property
     def world_size(self) -> int:
@@ -257,7 +270,13 @@ def _fault(i: int, raw: Any, world: int, steps: int, node_ids: set[str]) -> Faul
     d["kind"] = _choice(f"{where}.kind", d["kind"], FAULT_KINDS)
     if d["kind"] in FAILURE_KINDS:
         _failure_fields(where, d, world)
+    elif d["kind"] in LINK_KINDS:
+        from rankecho.sim.scenario_links import link_fields  # (it imports this module)
+
+        link_fields(where, d)
     else:
+        if "factor" in d:
+            raise ScenarioError(f"{where}.factor: only a slow_link takes a factor; remove it")
         if "ms" not in d:
             raise ScenarioError(f"{where}: missing required key(s) ['ms']")
         if "status" in d:
@@ -377,8 +396,13 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
     d["straggler_threshold_ms"] = float(
         _number("straggler_threshold_ms", d.get("straggler_threshold_ms", 50.0), positive=True)
     )
+    if d.get("bus_gbps") is not None:
+        d["bus_gbps"] = float(_number("bus_gbps", d["bus_gbps"], positive=True))
     scenario = Scenario(**d)
     _check_failures(scenario)
+    from rankecho.sim.scenario_links import check_links  # (it imports this module)
+
+    check_links(scenario)
     return scenario
 
 

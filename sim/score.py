@@ -148,8 +148,8 @@ def predictions_from(truth: dict[str, Any], diagnosis: dict[str, Any]) -> list[P
     half_step_ns = (steps_ms[len(steps_ms) // 2] if steps_ms else 100.0) * 1e6 / 2
     out: list[Prediction] = []
     for straggler in diagnosis["stragglers"]:
-        if straggler["cluster_id"] != truth["cluster_id"]:
-            continue
+        if straggler["cluster_id"] != truth["cluster_id"] or straggler["kind"] == "link":
+            continue  # a slow link names no late rank: scored on its own (links in rankecho.evaluate)
         for episode in straggler["episodes"]:
             cause = CAUSE_TO_FAULT.get(episode["cause"] or "")
             true_ns = episode["timestamp_ns"] - shift
@@ -166,12 +166,14 @@ def periods(truth: dict[str, Any], diagnosis: dict[str, Any]) -> list[tuple[str,
     None when it reports none)."""
     found: dict[tuple[str, Any], int | None] = {}
     for s in diagnosis["stragglers"]:
-        if s["cluster_id"] == truth["cluster_id"]:
+        if s["cluster_id"] == truth["cluster_id"] and s["kind"] != "link":
             key = ("node", s["node_id"]) if s["kind"] == "node" else ("rank", s["rank"])
             found[key] = (s["period"] or {}).get("steps")
     out = []
     threshold = truth.get("straggler_threshold_ms", 0.0)
     for f in truth["faults"]:
+        if f.get("kind") == "slow_link":
+            continue  # no late rank, no straggler period
         if float(f.get("ms", threshold)) + float(f.get("jitter", 0.0)) < threshold:
             continue  # it can never make an episode the scenario counts: no period to expect
         key = ("node", f["node"]) if f.get("node") else ("rank", f["rank"])

@@ -56,7 +56,8 @@ class SynFault:
     start_step: int = 0
     kind: str = "host"
     """'host': the rank calls ``ms`` late (in cudaMalloc); 'gpu': its GPU runs ``ms`` long, its host on time
-    but for the longer sync before the call (a third of ``ms``)."""
+    but for the longer sync before the call (a third of ``ms``); 'link': the step's collectives transfer
+    ``ms`` longer for every rank, all of them on time (a slow link)."""
 
     def fires_at(self, step: int) -> bool:
         return step >= self.start_step and (step - self.start_step) % self.every == 0
@@ -98,8 +99,8 @@ class SyntheticJob:
 def write_job(con: duckdb.DuckDBPyConnection, job: SyntheticJob) -> int:
     """Insert the job's events into ``events`` and stage them into the analysis tables; returns the
     number of events written. ``con`` must be a writable, migrated store."""
-    if bad := [f.kind for f in job.faults if f.kind not in ("host", "gpu")]:
-        raise ValueError(f"fault kind {bad[0]!r}: use 'host' or 'gpu'")
+    if bad := [f.kind for f in job.faults if f.kind not in ("host", "gpu", "link")]:
+        raise ValueError(f"fault kind {bad[0]!r}: use 'host' or 'gpu', or 'link' for a slow transfer")
     if job.world % job.tp_size:
         raise ValueError(f"tp_size {job.tp_size} does not divide the world size {job.world}")
     ranks = pa.table(

@@ -8,7 +8,9 @@
 -- a copy, off-CPU intervals, a launch count and a health score (16 events with buckets = 2).
 -- A 'host' fault makes its rank enter the step's first all-reduce `ms` late (time spent in cudaMalloc);
 -- a 'gpu' fault makes its GPU `ms` slower over the step (its loss sync a third of that longer, its host
--- calling that much later); every step of the job waits for its latest rank.
+-- calling that much later); a 'link' fault makes the step's collectives transfer `ms` longer for every
+-- rank (a slow link of that rank's: everyone arrives on time and leaves late together); every step of the
+-- job waits for its latest rank and its slowest transfer.
 
 -- name: synthetic_events
 -- The job's events, with the agent's attribute layout, as the temporary table syn_events.
@@ -16,14 +18,15 @@ CREATE OR REPLACE TEMP TABLE syn_events AS
 WITH steps AS (SELECT range AS step FROM range($steps)),
 delay AS (  -- ms each rank stalls before the step's first all-reduce (host), or its GPU runs long
     SELECT s.step, r.rank, coalesce(max(f.ms) FILTER (WHERE f.kind = 'host'), 0) AS ms,
-           coalesce(max(f.ms) FILTER (WHERE f.kind = 'gpu'), 0) AS gpu_ms
+           coalesce(max(f.ms) FILTER (WHERE f.kind = 'gpu'), 0) AS gpu_ms,
+           coalesce(max(f.ms) FILTER (WHERE f.kind = 'link'), 0) AS link_ms
     FROM steps s CROSS JOIN syn_ranks r
     LEFT JOIN syn_faults f
       ON f.rank = r.rank AND s.step >= f.start_step AND (s.step - f.start_step) % f.every = 0
     GROUP BY ALL
 ),
-step_delay AS (  -- a step lasts step_ns, plus its latest rank's stall, plus up to jitter_ns of jitter
-    SELECT step, max(greatest(ms, gpu_ms)) AS ms, (hash($seed, step, 'step') % $jitter_ns)::BIGINT AS jitter_ns
+step_delay AS (  -- a step lasts step_ns, plus its latest rank's stall and slowest transfer, plus jitter
+    SELECT step, max(greatest(ms, gpu_ms)) + max(link_ms) AS ms, (hash($seed, step, 'step') % $jitter_ns)::BIGINT AS jitter_ns
     FROM delay GROUP BY step
 ),
 base AS (  -- true start of each step: every stall delays the rest of the job

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from rankecho.echo.mcp.causes import CATEGORIES, CAUSE_TEXT, next_step
 from rankecho.echo.mcp.coverage import no_data_message
+from rankecho.echo.mcp.links import find_links
+from rankecho.echo.mcp.links import who as link_who
 from rankecho.echo.mcp.sanitize import MAX_ITEMS
 from rankecho.echo.mcp.windows import Window, iso
 
@@ -91,6 +93,10 @@ class Diagnosis:
             s["cause"]["stack"] = self._inv.stacks.lead(s, job)
             s["cause"]["leading_frames"] = (s["cause"]["stack"] or {}).get("leading_frames")
             s["summary"] = _summary(s, clusters[s["cluster_id"]])
+        links, links_cut = find_links(self._inv, w, cluster_id, min_late_ms, max_episodes, job, clusters,
+                                      rates)  # slow links (echo/mcp/links.py)
+        stragglers += [s for s in links if s.pop("significant")]  # after ranks and nodes: their order holds
+        noise += [s for s in links if s not in stragglers]
         for cluster in clusters.values():
             named = [s for s in stragglers if s["cluster_id"] == cluster["cluster_id"]]
             cluster["verdict"] = (
@@ -110,7 +116,7 @@ class Diagnosis:
             "isolated_late_episodes": [
                 {k: s[k] for k in ISOLATED_FIELDS} for s in noise
             ][:MAX_STRAGGLERS],
-            "truncated": cut or len(stragglers) > MAX_STRAGGLERS,
+            "truncated": cut or links_cut or len(stragglers) > MAX_STRAGGLERS,
         }
 
     def explain_straggler(
@@ -328,6 +334,8 @@ def _straggler(
 
 
 def _who(s: dict[str, Any]) -> str:
+    if s["kind"] == "link":
+        return link_who(s)
     if s["kind"] == "node":
         return f"node {s['node_id']} (ranks {', '.join(map(str, s['ranks']))})"
     return f"rank {s['rank']} on {s['node_id']}"

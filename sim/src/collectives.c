@@ -66,7 +66,8 @@ static ncclResult_t enqueue(struct ncclComm *c, enum op_kind kind, int peer, siz
     if ((kind == OP_SEND || kind == OP_RECV || kind == OP_BROADCAST || kind == OP_REDUCE) &&
         (peer < 0 || peer >= c->nranks))
         return ncclInvalidArgument;
-    struct op o = {.kind = kind, .peer = peer, .bytes = (uint64_t)count * type_size(dt) * scale};
+    struct op o = {.kind = kind, .peer = peer, .bytes = (uint64_t)count * type_size(dt) * scale,
+                 .link = link_word()};
     if (kind == OP_SEND) o.seq = c->send_seq[peer]++;
     else if (kind == OP_RECV) o.seq = c->recv_seq[peer]++;
     else o.seq = c->coll_seq++;

@@ -52,12 +52,46 @@ static void track(struct ncclComm *c, int add) {
     pthread_mutex_unlock(&g_live_mu);
 }
 
-int64_t transfer_ns(enum op_kind kind, uint64_t bytes, int nranks) {
+static uint32_t g_node_hash;
+
+__attribute__((constructor)) static void link_init(void) {
+    const char *node = getenv("RANKECHO_NODE_ID");
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const char *p = node && *node ? node : "node-0"; *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
+    g_node_hash = h;
+}
+
+static uint64_t x100(double f) {
+    double v = f * 100.0 + 0.5;
+    return v < 100 ? 100 : v > 65535 ? 65535 : (uint64_t)v;
+}
+
+uint64_t link_word(void) {
+    double rank_f = 1.0, nic_f = 1.0;
+    __rankechosim_link_slowdown(&rank_f, &nic_f);
+    return (uint64_t)g_node_hash | x100(rank_f) << 32 | x100(nic_f) << 48;
+}
+
+void link_add(struct link_acc *acc, uint64_t word) {
+    uint32_t node = (uint32_t)word, rank_x100 = (uint32_t)(word >> 32) & 0xffff, nic_x100 = (uint32_t)(word >> 48);
+    if (acc->nodes == 0) acc->node = node, acc->nodes = 1;
+    else if (acc->node != node) acc->nodes = 2;
+    if (rank_x100 > acc->rank_x100) acc->rank_x100 = rank_x100;
+    if (nic_x100 > acc->nic_x100) acc->nic_x100 = nic_x100;
+}
+
+uint32_t link_factor_x100(const struct link_acc *acc) {
+    uint32_t f = acc->rank_x100 > 100 ? acc->rank_x100 : 100;
+    if (acc->nodes > 1 && acc->nic_x100 > f) f = acc->nic_x100;
+    return f;
+}
+
+int64_t transfer_ns(enum op_kind kind, uint64_t bytes, int nranks, double slow) {
     double n = nranks, factor = 1.0;
     if (kind == OP_ALLREDUCE) factor = 2.0 * (n - 1) / n;
     else if (kind == OP_ALLGATHER || kind == OP_REDUCESCATTER) factor = (n - 1) / n;
     if (nranks <= 1 && kind != OP_SEND && kind != OP_RECV) factor = 0;
-    return (int64_t)(g_lat_us * 1000.0 + factor * (double)bytes / g_bus_gbps);
+    return (int64_t)(g_lat_us * 1000.0 + factor * (double)bytes * (slow > 1.0 ? slow : 1.0) / g_bus_gbps);
 }
 
 static void fatal_from_hub(struct ncclComm *c, const struct msg *m) {
@@ -77,7 +111,7 @@ static int64_t run_task(struct ncclComm *c, struct task *t) {
     for (int i = 0; i < t->nops; i++) {
         struct op *o = &t->ops[i];
         struct msg m = {.type = MSG_ARRIVE, .rank = c->rank, .a = (int)o->kind, .b = o->peer, .seq = o->seq,
-                        .x = o->bytes};
+                        .x = o->bytes, .y = o->link};
         if (net_send(c->data_fd, &m) != 0 && !c->stopping) fatal_from_hub(c, &m);
     }
     int64_t done = 0;
@@ -92,7 +126,7 @@ static int64_t run_task(struct ncclComm *c, struct task *t) {
             if (!o->done && (int)o->kind == m.a && o->seq == m.seq && (m.b < 0 || o->peer == m.b)) {
                 o->done = 1;
                 left--;
-                int64_t end = sim_now_ns() + transfer_ns(o->kind, o->bytes, c->nranks);
+                int64_t end = sim_now_ns() + transfer_ns(o->kind, o->bytes, c->nranks, (double)m.y / 100.0);
                 if (end > done) done = end;
                 break;
             }

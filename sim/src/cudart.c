@@ -146,6 +146,20 @@ void __rankechosim_set_gpu_slowdown(double factor) {
     g_slowdown = factor > 0 ? factor : 1.0;
 }
 
+static _Atomic double g_link_rank = 1.0, g_link_nic = 1.0;
+
+void __rankechosim_set_link_slowdown(double rank_factor, double nic_factor) {
+    SIM_ENTRY_FRAME();
+    g_link_rank = rank_factor >= 1.0 ? rank_factor : 1.0;
+    g_link_nic = nic_factor >= 1.0 ? nic_factor : 1.0;
+}
+
+void __rankechosim_link_slowdown(double *rank_factor, double *nic_factor) {
+    SIM_ENTRY_FRAME();
+    *rank_factor = g_link_rank;
+    *nic_factor = g_link_nic;
+}
+
 void sim_rt_sync_stream(struct CUstream_st *s) {
     pthread_mutex_lock(&s->mu);
     while (s->head != NULL) pthread_cond_wait(&s->cv, &s->mu);

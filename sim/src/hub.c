@@ -28,6 +28,7 @@ struct coll_slot {
     int count;
     int kind;
     uint64_t bytes;
+    struct link_acc link;
 };
 
 struct p2p {
@@ -35,6 +36,7 @@ struct p2p {
     int src, dst;
     uint64_t seq;
     int have_send, have_recv;
+    struct link_acc link;
 };
 
 struct split_req {
@@ -110,8 +112,8 @@ static int gather(struct hub *h) {
     return 0;
 }
 
-static void go(struct hub *h, int rank, int kind, int peer, uint64_t seq) {
-    struct msg m = {.type = MSG_GO, .rank = rank, .a = kind, .b = peer, .seq = seq};
+static void go(struct hub *h, int rank, int kind, int peer, uint64_t seq, uint32_t slow_x100) {
+    struct msg m = {.type = MSG_GO, .rank = rank, .a = kind, .b = peer, .seq = seq, .y = slow_x100};
     net_send(h->conns[rank * 2 + CHAN_DATA].fd, &m);
 }
 
@@ -124,21 +126,23 @@ static int on_arrive(struct hub *h, int rank, const struct msg *m) {
         if (*pp == NULL) {
             *pp = calloc(1, sizeof **pp);
             if (*pp == NULL) return -1;
-            **pp = (struct p2p){NULL, src, dst, m->seq, 0, 0};
+            **pp = (struct p2p){NULL, src, dst, m->seq, 0, 0, {0}};
         }
         struct p2p *e = *pp;
+        link_add(&e->link, m->y);
         if (m->a == OP_SEND) e->have_send = 1;
         else e->have_recv = 1;
         if (e->have_send && e->have_recv) {
-            go(h, src, OP_SEND, dst, e->seq);
-            go(h, dst, OP_RECV, src, e->seq);
+            uint32_t slow = link_factor_x100(&e->link);
+            go(h, src, OP_SEND, dst, e->seq, slow);
+            go(h, dst, OP_RECV, src, e->seq, slow);
             *pp = e->next;
             free(e);
         }
         return 0;
     }
     struct coll_slot *s = &h->slots[m->seq % COLL_SLOTS];
-    if (s->count == 0) *s = (struct coll_slot){m->seq, 0, m->a, m->x};
+    if (s->count == 0) *s = (struct coll_slot){m->seq, 0, m->a, m->x, {0}};
     if (s->seq != m->seq || s->kind != m->a || s->bytes != m->x) {
         fprintf(stderr,
                 "rankecho-sim nccl hub %016llx: rank %d called op kind %d (%llu bytes) as collective #%llu "
@@ -149,9 +153,11 @@ static int on_arrive(struct hub *h, int rank, const struct msg *m) {
         fail_all(h, rank, HUBERR_MISMATCH);
         return -1;
     }
+    link_add(&s->link, m->y);
     if (++s->count == h->nranks) {
         s->count = 0;
-        for (int r = 0; r < h->nranks; r++) go(h, r, s->kind, -1, s->seq);
+        uint32_t slow = link_factor_x100(&s->link);
+        for (int r = 0; r < h->nranks; r++) go(h, r, s->kind, -1, s->seq, slow);
     }
     return 0;
 }

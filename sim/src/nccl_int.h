@@ -60,6 +60,7 @@ struct op {
     int peer;
     uint64_t seq;
     uint64_t bytes;
+    uint64_t link; /* link_word(): this rank's node and link slowdown when the op was enqueued */
     int done;
 };
 
@@ -107,7 +108,20 @@ void sim_fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 
 int hub_start(uint32_t ip, uint64_t hash, uint16_t *port_out);
 void hub_wait_all(int timeout_ms);
 
-/* transfer model */
-int64_t transfer_ns(enum op_kind kind, uint64_t bytes, int nranks);
+/* transfer model: `slow` divides the bus bandwidth (slow_link; 1.0 = healthy) */
+int64_t transfer_ns(enum op_kind kind, uint64_t bytes, int nranks, double slow);
+
+/* slow_link. An arrival carries a link word (msg.y): the rank's node (a hash of RANKECHO_NODE_ID, low 32
+ * bits), its rank slowdown and its NIC slowdown (x100, 16 bits each). The hub slows an instance by the
+ * largest rank slowdown of its members and, when they span two or more nodes, the largest NIC slowdown,
+ * and sends that factor (x100) with the GO: every member then takes the same longer transfer. */
+uint64_t link_word(void);
+struct link_acc {
+    uint32_t node;
+    int nodes; /* 0: none yet, 1: one node, 2: several */
+    uint32_t rank_x100, nic_x100;
+};
+void link_add(struct link_acc *acc, uint64_t word);
+uint32_t link_factor_x100(const struct link_acc *acc);
 
 #endif

@@ -98,5 +98,10 @@ SIM_EXPORT int __rankechosim_device(void);
 SIM_EXPORT void __rankechosim_set_device(int device);
 /* Multiply the duration of kernels launched from now on (1.0 = healthy GPU). */
 SIM_EXPORT void __rankechosim_set_gpu_slowdown(double factor);
+/* slow_link: divide this process's transfer bandwidth by `rank_factor` on every communicator and by
+ * `nic_factor` on communicators that span more than one node (1.0 = healthy). libnccl reads them when a
+ * collective is enqueued (__rankechosim_link_slowdown) and the hub slows the whole instance. */
+SIM_EXPORT void __rankechosim_set_link_slowdown(double rank_factor, double nic_factor);
+SIM_EXPORT void __rankechosim_link_slowdown(double *rank_factor, double *nic_factor);
 
 #endif

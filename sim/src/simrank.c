@@ -18,7 +18,9 @@
  * blocked, LOADER/ALLOC/FWD_SYNC the time spent fetching the batch, in cudaMalloc/cudaFree, and
  * in the forward (loss) sync; GPU_ARRIVE is when the GPU reached that all-reduce (START plus the
  * elapsed time between CUDA events recorded at both points, as a profiler would measure it);
- * CAUSES lists `kind:ms` of the faults that fired, or `-`. The last line is `done END`.
+ * CAUSES lists `kind:ms` of the faults that fired, or `-` (slow_link and slow_nic, factors rather than
+ * delays, are not causes: a step where one fires is preceded by `link K RANK_FACTOR NIC_FACTOR`). The
+ * last line is `done END`.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -220,6 +222,7 @@ struct rank {
 struct plan {
     int step, n_fwd, n_bwd;
     double kernel_us, host_per_kernel, slow;
+    double link_rank, link_nic; /* slow_link / slow_nic factors this step (1.0: healthy) */
     uint64_t bucket_count;
     int desync; /* a desync fault fires: desync_rank issues the first bucket */
     double fired[MAX_FAULTS];
@@ -339,13 +342,19 @@ SIM_PHASE static int64_t optimizer_step(struct rank *r) {
 }
 
 static void plan_step(const struct cfg *c, int step, struct plan *p, char *causes, size_t size) {
-    *p = (struct plan){.step = step, .n_fwd = c->kernels / 3, .slow = 1.0};
+    *p = (struct plan){.step = step, .n_fwd = c->kernels / 3, .slow = 1.0, .link_rank = 1.0, .link_nic = 1.0};
     p->n_bwd = c->kernels - p->n_fwd;
     p->kernel_us = c->compute_us / c->kernels;
     p->host_per_kernel = c->host_us / c->kernels;
     p->bucket_count = c->allreduce_bytes / (uint64_t)c->buckets / 2; /* bf16 elements */
     for (int i = 0; i < c->nfaults; i++) {
         p->fired[i] = fault_ms_at(&c->faults[i], i, c->rank, step, c->seed);
+        enum fault_kind k = c->faults[i].kind;
+        if (k == F_SLOW_LINK || k == F_SLOW_NIC) { /* a factor, not a delay: logged on its own `link` line */
+            double *f = k == F_SLOW_LINK ? &p->link_rank : &p->link_nic;
+            if (p->fired[i] > *f) *f = p->fired[i];
+            continue;
+        }
         if (p->fired[i] > 0)
             snprintf(causes + strlen(causes), size - strlen(causes), "%s%s:%.3f", *causes ? "," : "",
                      fault_name(c->faults[i].kind), p->fired[i]);
@@ -372,6 +381,8 @@ SIM_PHASE static void run_step(struct rank *r, int step) {
     }
     int64_t allocated = sim_realtime_ns();
     a->__rankechosim_set_gpu_slowdown(p.slow); /* slow_gpu: the forward's loss sync waits longer */
+    a->__rankechosim_set_link_slowdown(p.link_rank, p.link_nic); /* slow_link: this step's collectives */
+    if (p.link_rank > 1.0 || p.link_nic > 1.0) printf("link %d %g %g\n", step, p.link_rank, p.link_nic);
     int64_t fwd_sync = forward(r, &p);
     int64_t enter = backward(r, &p);
     int64_t sync_start = optimizer_step(r);

@@ -34,7 +34,8 @@
       (const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))             \
     X(ncclGroupStart, ncclResult_t, (void))                                                              \
     X(ncclGroupEnd, ncclResult_t, (void))                                                                \
-    X(__rankechosim_set_gpu_slowdown, void, (double))
+    X(__rankechosim_set_gpu_slowdown, void, (double))                                                   \
+    X(__rankechosim_set_link_slowdown, void, (double, double))
 
 struct api {
 #define SIMRANK_FIELD(name, ret, args) ret(*name) args;
@@ -54,6 +55,8 @@ enum fault_kind {
     F_HANG,
     F_CRASH,
     F_DESYNC,
+    F_SLOW_LINK, /* this rank's transfer bandwidth / `ms` (the factor) on every communicator */
+    F_SLOW_NIC,  /* the same, only on communicators spanning more than one node (a node's slow NIC) */
     F_NKINDS
 };
 

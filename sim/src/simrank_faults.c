@@ -9,6 +9,10 @@
  * hang              stops before the step's first collective, asleep in ppoll(), for `ms` (0: until killed)
  * crash             _exit()s with status `ms` before the step's first collective (no goodbye to the hub)
  * desync            the step's first collective carries twice the byte count (the hub then aborts the job)
+ * slow_link         the rank's transfer bandwidth divided by `ms` (the factor) on every communicator: each
+ *                   instance it takes part in takes longer for every member (the hub applies it, comm.c)
+ * slow_nic          the same, only on communicators spanning more than one node (a node's slow NIC; the
+ *                   scenario's `slow_link` on a node)
  * The last three fire once, at start_step, and log a `fault KIND STEP VALUE` line before acting.
  */
 #define _GNU_SOURCE
@@ -27,7 +31,8 @@
 #include "simrank.h"
 
 static const char *const NAMES[F_NKINDS] = {"host_compute", "dataloader_stall", "cpu_contention", "slow_gpu",
-                                            "alloc_stall",  "hang",             "crash",          "desync"};
+                                            "alloc_stall",  "hang",             "crash",          "desync",
+                                            "slow_link",    "slow_nic"};
 
 const char *fault_name(enum fault_kind k) { return (unsigned)k < F_NKINDS ? NAMES[k] : "?"; }
 

@@ -1,0 +1,61 @@
+"""Scoring slow links against ground truth: each link episode maps to the truth's step by time (the
+reference node's clock offset undone); faulted steps found count, others named are false alarms, and
+the node named is right or not; straggler entries are left to sim/score.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rankecho.sim.score import predictions_from
+from rankecho.sim.score_links import score_links
+
+STEP_NS = 50_000_000
+OFFSET_NS = 7_000_000  # the reference node's clock is 7 ms ahead
+
+
+def truth(slow_steps: list[int]) -> dict[str, Any]:
+    return {
+        "cluster_id": "c", "straggler_threshold_ms": 20.0,
+        "nodes": [{"node_id": "node-a", "clock_offset_ns": OFFSET_NS},
+                  {"node_id": "node-b", "clock_offset_ns": 0}],
+        "per_step": [{"step": k, "stragglers": [], "ranks": [
+            {"rank": r, "enter_ns": k * STEP_NS + r * 1000, "step_ms": 50.0, "entered_late_by_ms": 0.0,
+             "gpu_late_by_ms": 0.0, "cause": None} for r in range(4)]} for k in range(20)],
+        "links": [{"scope": "node", "node_id": "node-b", "rank": None, "steps": slow_steps}],
+    }  # fmt: skip
+
+
+def answer(entries: list[tuple[str | None, list[int]]]) -> dict[str, Any]:
+    """A find_stragglers answer with one link entry per (node named, steps), times on node-a's clock."""
+    return {
+        "clusters": [{"cluster_id": "c", "reference_node": "node-a"}],
+        "stragglers": [
+            {"cluster_id": "c", "kind": "link", "node_id": node, "rank": None, "ranks": [2, 3], "episodes": [
+                {"step": k, "timestamp_ns": k * STEP_NS + OFFSET_NS + 3_000_000, "ranks": [2, 3],
+                 "cause": "slow_link"} for k in steps]}
+            for node, steps in entries
+        ],
+    }  # fmt: skip
+
+
+def test_right_node_at_every_slow_step() -> None:
+    s = score_links(truth([3, 7, 11]), answer([("node-b", [3, 7, 11])]))
+    assert (s.true_positives, s.false_positives, s.false_negatives, s.node_right) == (3, 0, 0, 3)
+    assert (s.precision, s.recall, s.node_accuracy, s.named) == (1.0, 1.0, 1.0, ("node-b",))
+
+
+def test_two_nodes_named_at_a_step_is_not_the_right_node() -> None:
+    s = score_links(truth([3, 7]), answer([("node-b", [3, 7]), ("node-a", [7])]))
+    assert (s.true_positives, s.node_right) == (2, 1)
+
+
+def test_misses_false_alarms_and_unlocalised_links() -> None:
+    s = score_links(truth([3, 7, 11]), answer([(None, [3, 7]), ("node-a", [15])]))
+    assert (s.true_positives, s.false_positives, s.false_negatives, s.node_right) == (2, 1, 1, 0)
+    assert s.named == ("-", "node-a")
+
+
+def test_a_healthy_run_and_the_straggler_score_ignore_each_other() -> None:
+    t = truth([])
+    assert score_links(t, answer([])).precision == 1.0 and score_links(t, answer([])).recall == 1.0
+    assert predictions_from(t, answer([("node-b", [3])])) == []  # a link names no late rank
