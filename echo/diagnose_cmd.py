@@ -34,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
     from rankecho.echo.report import no_data_exit, render_stragglers
 
     arguments = {"window": args.window, "cluster_id": args.cluster_id, "min_late_ms": args.min_late_ms,
-                 "job_id": getattr(args, "job_id", None)}
+                 "job_id": getattr(args, "job_id", None), "links": True}  # the overview: slow links too
     result = answer(args, "diagnose", TOOL, arguments, lambda inv: inv.diagnosis.find_stragglers(**arguments))
     if isinstance(result, int):
         return result

@@ -124,8 +124,8 @@ def evaluate(path: Path, workdir: Path, timeout_s: float = 300.0) -> ScenarioRes
             raise LaunchError(f"scenario {scenario.name} failed (exit {run.returncode}); see {run.run_dir}")
         diagnosis = Investigation(echo.reader, load_rates()).diagnosis
         threshold = scenario.straggler_threshold_ms
-        scored = diagnosis.find_stragglers(min_late_ms=threshold, max_episodes=EPISODES_LIMIT)
-        default = diagnosis.find_stragglers()
+        scored = diagnosis.find_stragglers(min_late_ms=threshold, max_episodes=EPISODES_LIMIT, links=True)
+        default = diagnosis.find_stragglers(links=True)
     unseen = [_who(x) for x in scored["stragglers"] if x["episodes_total"] > len(x["episodes"])]
     if unseen:
         raise LaunchError(

@@ -11,7 +11,10 @@ import duckdb
 import pytest
 from analysis_helpers import query
 
+from rankecho.echo.mcp.rates import load_rates
+from rankecho.echo.mcp.tools import Investigation
 from rankecho.echo.store.migrate import migrate
+from rankecho.echo.store.reader import Reader
 from rankecho.sim.synthetic import SynFault, SynNode, SyntheticJob, write_job
 
 NODES = (SynNode("a", 4), SynNode("b", 4, offset_ms=-30.0))
@@ -52,3 +55,17 @@ def test_no_link_where_every_transfer_is_usual(
 ) -> None:
     write_job(con, SyntheticJob(nodes=NODES, steps=60, step_ms=90.0, faults=faults))
     assert links(con) == []
+
+
+def test_find_stragglers_reports_a_link_only_when_asked(con: duckdb.DuckDBPyConnection) -> None:
+    """Links cost a second pass over the window: find_stragglers runs it with links=True (the MCP tool's
+    `links`, `rankecho diagnose`, evaluate), and the frequent callers (exporter, timeline) leave it out."""
+    fault = SynFault(rank=5, ms=40, every=6, start_step=3, kind="link")
+    write_job(con, SyntheticJob(nodes=NODES, steps=60, step_ms=90.0, faults=(fault,)))
+    diagnosis = Investigation(Reader(con), load_rates()).diagnosis
+    without = diagnosis.find_stragglers(stacks=False)
+    assert without["stragglers"] == [] and without["clusters"][0]["verdict"].startswith("no straggler")
+    asked = diagnosis.find_stragglers(stacks=False, links=True)
+    [link] = asked["stragglers"]
+    assert (link["kind"], link["node_id"], link["rank"]) == ("link", None, None)
+    assert asked["clusters"][0]["verdict"] == "1 straggler: a slow inter-node link (not localised to a node)"

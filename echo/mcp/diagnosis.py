@@ -57,10 +57,13 @@ class Diagnosis:
         max_episodes: int = MAX_EPISODES,
         job_id: str | None = None,
         stacks: bool = True,
+        links: bool = False,
     ) -> dict[str, Any]:
         """The stragglers of one job in the window (``job_id``, else the window's most recent job);
         ``max_episodes`` bounds the episodes listed per straggler; ``stacks`` False leaves out the call
-        stack of each cause (a query per straggler: callers that only want the verdict skip it)."""
+        stack of each cause (a query per straggler: callers that only want the verdict skip it);
+        ``links`` adds the slow links (kind 'link'), a second pass over the window's lateness (~+60% on
+        the benchmark store), so the callers that run it often (the exporter, the timeline) leave it out."""
         if min_late_ms is not None and not min_late_ms >= 0:
             raise DiagnosisError(
                 "min_late_ms must be a number of milliseconds >= 0 (omit it to use the noise)"
@@ -93,10 +96,12 @@ class Diagnosis:
             s["cause"]["stack"] = self._inv.stacks.lead(s, job)
             s["cause"]["leading_frames"] = (s["cause"]["stack"] or {}).get("leading_frames")
             s["summary"] = _summary(s, clusters[s["cluster_id"]])
-        links, links_cut = find_links(self._inv, w, cluster_id, min_late_ms, max_episodes, job, clusters,
-                                      rates)  # slow links (echo/mcp/links.py)
-        stragglers += [s for s in links if s.pop("significant")]  # after ranks and nodes: their order holds
-        noise += [s for s in links if s not in stragglers]
+        links_found, links_cut = (
+            find_links(self._inv, w, cluster_id, min_late_ms, max_episodes, job, clusters, rates)
+            if links else ([], False)
+        )  # slow links (echo/mcp/links.py)
+        stragglers += [s for s in links_found if s.pop("significant")]  # after ranks and nodes: order holds
+        noise += [s for s in links_found if s not in stragglers]
         for cluster in clusters.values():
             named = [s for s in stragglers if s["cluster_id"] == cluster["cluster_id"]]
             cluster["verdict"] = (

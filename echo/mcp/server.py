@@ -125,6 +125,12 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
             ),
         ] = None,
         job_id: JobId = None,
+        links: Annotated[
+            bool,
+            Field(description="Also look for slow links: steps where every rank was on time but the transfer "
+                  "itself took longer than usual (a congested NIC, a degraded link). A second pass over the "
+                  "window: ask for it when no straggler explains slow steps."),
+        ] = False,
     ) -> dict[str, Any]:
         """Which rank (or whole node) held the other ranks back in the window, by how much, how often, why,
         and what it cost. Ranks are compared on the same collective instance after correcting each node's
@@ -138,12 +144,14 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         (GPU-seconds the others waited) and its cost, what_if (mean step time had it been on time) and
         next_step (what to do about the cause). Per cluster: the noise level and threshold measured; a
         healthy job says 'no straggler'. Late episodes too few or small to be told from noise are listed
-        apart under isolated_late_episodes. Slow links come in the same list, after the ranks and nodes:
-        kind 'link' (every rank on time, the transfer slow), node_id the node the data singles out (null:
-        not localised), rank null, late_ms the extra transfer per slow step, and link (inter_node,
-        communicators, transfer_ms against typical_transfer_ms). When the window holds no agent data,
-        no_data says for which clusters and times there is (an empty answer is then not a healthy job)."""
-        return _answer(lambda: inv.diagnosis.find_stragglers(window, cluster_id, min_late_ms, job_id=job_id))
+        apart under isolated_late_episodes. With links=true, slow links come in the same list, after the
+        ranks and nodes: kind 'link' (every rank on time, the transfer slow), node_id the node the data
+        singles out (null: not localised), rank null, late_ms the extra transfer per slow step, and link
+        (inter_node, communicators, transfer_ms against typical_transfer_ms). When the window holds no agent
+        data, no_data says for which clusters and times there is (an empty answer is then not a healthy
+        job)."""
+        return _answer(lambda: inv.diagnosis.find_stragglers(window, cluster_id, min_late_ms, job_id=job_id,
+                                                             links=links))
 
     @mcp.tool(name="fleet.cluster.find_hangs", annotations=READ_ONLY)
     def find_hangs(
