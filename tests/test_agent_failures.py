@@ -4,9 +4,7 @@ while the job is stuck), and nothing on the healthy control."""
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
+import functools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +19,10 @@ from rankecho.agent.tracker import PENDING_TIMEOUT_NS
 from rankecho.echo.app import Echo
 from rankecho.echo.mcp.rates import load_rates
 from rankecho.echo.mcp.tools import Investigation
-from rankecho.sim.groundtruth import parse_rank_log, rank_log_path
+from rankecho.sim.hang_watch import HangWatch
 from rankecho.sim.launcher import LaunchOptions, RunResult, run_scenario
 from rankecho.sim.scenario import Scenario, load_scenario
+from rankecho.sim.score_failures import score_failures
 
 pytestmark = [requires_ebpf, pytest.mark.ebpf]
 
@@ -58,6 +57,7 @@ def test_healthy_control_names_nothing(echo: Echo, tmp_path: Path) -> None:
     assert result.returncode == 0
     found = failures(echo, scenario.cluster_id, min_open_s=HANG_OPEN_S)
     assert (found["hangs"], found["crashes"], found["desyncs"]) == ([], [], []), found
+    assert result.truth is not None and score_failures(result.truth, found).ok
 
 
 def test_crash_names_the_first_rank_to_exit_with_its_status(echo: Echo, tmp_path: Path) -> None:
@@ -69,6 +69,7 @@ def test_crash_names_the_first_rank_to_exit_with_its_status(echo: Echo, tmp_path
     assert [(c["rank"], c["status"]) for c in first] == [(2, 7)], found
     assert {c["status"] for c in found["crashes"] if not c["first"]} <= {70}  # its peers' aborts, later
     assert found["hangs"] == [] and found["desyncs"] == []
+    assert score_failures(result.truth, found).right == ("crashes",)
 
 
 def test_desync_names_the_rank_with_the_other_byte_count(echo: Echo, tmp_path: Path) -> None:
@@ -80,39 +81,23 @@ def test_desync_names_the_rank_with_the_other_byte_count(echo: Echo, tmp_path: P
     assert desync["first_rank"] == 1, found
     assert [c["bytes"] for c in desync["odd_calls"]] == [2 * desync["usual"]["bytes"]]
     assert found["crashes"] == [] and found["hangs"] == []  # the aborts are the desync's consequence
+    assert score_failures(result.truth, found).right == ("desyncs",)
 
 
 def test_hang_is_named_live_with_the_missing_rank(echo: Echo, tmp_path: Path) -> None:
-    seen: dict[str, Any] = {}
-    done = threading.Event()
-
-    def watch() -> None:
-        """While the job is stuck: ask until the hang is named and its answer has held for longer than
-        the agent's pending timeout (each node's agent sends its ranks' open calls up to that long after
-        the other node's: a first answer may lack a node), then kill the hung rank to end the run."""
-        answer, since = None, 0.0
-        while not done.wait(1.0):
-            found = failures(echo, "sim-fail-hang", min_open_s=HANG_OPEN_S)
-            now_answer = [(h["causal_chain_id"], h["entered"], h["missing"]) for h in found["hangs"]]
-            if now_answer != answer:
-                answer, since = now_answer, time.monotonic()
-            if found["hangs"] and time.monotonic() - since > SETTLED_S:
-                seen.update(found)
-                log = parse_rank_log(rank_log_path(tmp_path, "node-b", 3).read_text(), 3)
-                os.kill(log.pid, signal.SIGKILL)
-                return
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
+    """While the job is stuck a watcher asks until the hang is named and its answer has settled, then
+    kills the hung rank to end the run (rankecho.sim.hang_watch, shared with rankecho evaluate)."""
+    scenario = load_scenario(SCENARIOS / "hang.yaml")
     started = time.monotonic()
-    try:
+    ask = functools.partial(failures, echo, scenario.cluster_id, min_open_s=HANG_OPEN_S)
+    with HangWatch(ask, tmp_path, scenario, settle_s=SETTLED_S) as watch:
         _, result = run(echo, "hang", tmp_path, timeout_s=90)
-    finally:
-        done.set()
-        watcher.join(10)
+    seen = watch.answer
     assert result.truth is not None
     assert result.truth["failures"] == [{"kind": "hang", "rank": 3, "step": 3, "ms": None}]
     assert seen, f"no hang named within {time.monotonic() - started:.0f} s"
+    score = score_failures(result.truth, seen, watch.first_named_ns)
+    assert (score.right, score.false_alarms) == (("hangs",), ()), score
     assert {tuple(h["missing"]) for h in seen["hangs"]} == {(3,)}, seen
     world = [h for h in seen["hangs"] if h["entered"] == [0, 1, 2]]
     assert world, seen  # the world all-reduce: ranks 0-2 entered, rank 3 never did
