@@ -5,10 +5,12 @@ Each scenario runs into its own Echo (in this process) and its own store; the di
 with ``min_late_ms`` = the scenario's threshold (the episodes it reports are scored against the truth's
 episodes of at least that lateness, see :mod:`rankecho.sim.score`), and with no arguments at all (what a user
 gets by default: on a healthy scenario it must name nobody). Needs root, bcc and tracefs, like the
-agent. Usage::
+agent. Every scenario is also asked ``find_hangs`` (:mod:`rankecho.evaluate_failures`): a scenario with a
+hang, crash or desync is scored on that alone (live beside a hang), any other must name none. Usage::
 
     rankecho evaluate                    # the whole set in sim/scenarios/diagnosis/
     rankecho evaluate sim/scenarios/diagnosis/whole-node.yaml --markdown
+    rankecho evaluate sim/scenarios/failures/*.yaml --markdown   # hangs, crashes, desyncs
 """
 
 from __future__ import annotations
@@ -29,12 +31,20 @@ from rankecho.echo.mcp.diagnosis import EPISODES_LIMIT
 from rankecho.echo.mcp.rates import load_rates
 from rankecho.echo.mcp.tools import Investigation
 from rankecho.echo.settings import HostPort, Settings
+from rankecho.evaluate_failures import (
+    describe_fault,
+    failure_markdown,
+    failure_verdicts,
+    is_failure_scenario,
+    watched_run,
+)
 from rankecho.helpfmt import Parser
 from rankecho.showcase_cli import EVALUATE_DESCRIPTION, EVALUATE_EXAMPLES, add_evaluate_arguments
-from rankecho.sim.launcher import LaunchOptions, run_scenario
+from rankecho.sim.launcher import LaunchOptions
 from rankecho.sim.procs import LaunchError
 from rankecho.sim.scenario import Scenario, ScenarioError, load_scenario
 from rankecho.sim.score import Score, periods, predictions_from, score
+from rankecho.sim.score_failures import FailureScore, score_failures
 from rankecho.sim.score_links import LinkScore, score_links
 
 SCENARIO_SET = Path(__file__).resolve().parent.parent / "sim" / "scenarios" / "diagnosis"
@@ -66,6 +76,12 @@ class ScenarioResult:
     links: LinkScore = field(default_factory=lambda: LinkScore(0, 0, 0, 0))
     """The slow links the scored call reports, against the truth's slow_link steps (sim/score_links.py)."""
     link_faults: int = 0
+    failures: FailureScore = field(default_factory=FailureScore)
+    """find_hangs against the truth's hangs, crashes and desyncs (sim/score_failures.py): on a scenario
+    without any, whatever it names is a false alarm."""
+    failure_scenario: bool = False
+    """The scenario has a hang, crash or desync: scored in the failures table only (its job stops, so
+    there is no straggler or link score)."""
 
     @property
     def score(self) -> Score:
@@ -96,7 +112,8 @@ def describe(scenario: Scenario) -> str:
         for n in scenario.nodes
     )
     faults = "; ".join(
-        f"{f.kind} {f'/{f.factor:g}' if f.kind == 'slow_link' else f'{f.ms:g} ms'} on "
+        describe_fault(f)
+        or f"{f.kind} {f'/{f.factor:g}' if f.kind == 'slow_link' else f'{f.ms:g} ms'} on "
         f"{'node ' + f.node if f.node else 'rank ' + str(f.rank)} every {f.every}"
         for f in scenario.faults
     )
@@ -105,7 +122,8 @@ def describe(scenario: Scenario) -> str:
 
 
 def evaluate(path: Path, workdir: Path, timeout_s: float = 300.0) -> ScenarioResult:
-    """Run one scenario under real agents into a fresh Echo and score the diagnosis."""
+    """Run one scenario under real agents into a fresh Echo and score the diagnosis: find_stragglers
+    (unless the scenario has a failure) and find_hangs (always; live beside a hang)."""
     scenario = load_scenario(path)
     token = secrets.token_hex(16)
     any_port = HostPort("127.0.0.1", 0)
@@ -114,14 +132,24 @@ def evaluate(path: Path, workdir: Path, timeout_s: float = 300.0) -> ScenarioRes
         db_path=workdir / "echo.db", token=token, otlp_grpc=any_port, otlp_http=any_port, mcp_http=None
     )
     started = time.monotonic()
+    failing = is_failure_scenario(scenario)
     with Echo(settings) as echo:
-        run = run_scenario(
-            scenario,
-            LaunchOptions(run_dir=workdir / "run", agent_endpoint=echo.grpc_address, token=token,
-                          timeout_s=timeout_s, progress=None),
-        )  # fmt: skip
-        if run.returncode != 0 or run.truth is None:
+        def ask() -> dict[str, Any]:  # the job's own hang threshold: what a user gets (any thread)
+            tool = Investigation(echo.reader, load_rates()).failures
+            return tool.find_hangs(cluster_id=scenario.cluster_id)
+
+        opts = LaunchOptions(run_dir=workdir / "run", agent_endpoint=echo.grpc_address, token=token,
+                             timeout_s=timeout_s, progress=None)  # fmt: skip
+        run, hangs, first_named_ns = watched_run(scenario, opts, ask)
+        if run.truth is None or (run.returncode != 0 and not failing):
             raise LaunchError(f"scenario {scenario.name} failed (exit {run.returncode}); see {run.run_dir}")
+        failures = score_failures(run.truth, hangs, first_named_ns)
+        if failing:
+            return ScenarioResult(
+                scenario.name, describe(scenario), 0, 0, 0, 0, 0, [], [], scenario.straggler_threshold_ms,
+                None, round(time.monotonic() - started, 1), str(run.run_dir), failures=failures,
+                failure_scenario=True,
+            )  # fmt: skip
         diagnosis = Investigation(echo.reader, load_rates()).diagnosis
         threshold = scenario.straggler_threshold_ms
         scored = diagnosis.find_stragglers(min_late_ms=threshold, max_episodes=EPISODES_LIMIT, links=True)
@@ -150,6 +178,7 @@ def evaluate(path: Path, workdir: Path, timeout_s: float = 300.0) -> ScenarioRes
         run_dir=str(run.run_dir),
         links=score_links(run.truth, scored),
         link_faults=len(run.truth.get("links", [])),
+        failures=failures,
     )
 
 
@@ -280,24 +309,39 @@ def run(args: argparse.Namespace) -> int:
             return exitcodes.FAILED
         results.append(result)
         s = result.score
-        print(
-            f"{result.scenario}: P {s.precision:.3f} R {s.recall:.3f} (TP {s.true_positives} FP "
-            f"{s.false_positives} FN {s.false_negatives}) periods {result.periods} causes "
-            f"{s.causes_right}/{s.causes_named} named {result.named} links {result.links} "
-            f"({result.wall_s} s; {workdir})",
-            file=sys.stderr,
-            flush=True,
-        )
+        scores = (
+            f"failures {result.failures}" if result.failure_scenario else
+            f"P {s.precision:.3f} R {s.recall:.3f} (TP {s.true_positives} FP {s.false_positives} FN "
+            f"{s.false_negatives}) periods {result.periods} causes {s.causes_right}/{s.causes_named} "
+            f"named {result.named} links {result.links} false alarms {list(result.failures.false_alarms)}"
+        )  # fmt: skip
+        print(f"{result.scenario}: {scores} ({result.wall_s} s; {workdir})", file=sys.stderr, flush=True)
         if not args.keep:
             import shutil
 
             shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
-    with_links = any(r.link_faults or r.links.named for r in results)
-    table = markdown(results) + ("\n\n" + link_markdown(results) if with_links else "")
-    print(table if args.markdown else "\n".join(verdicts(results)) or "every target met")
-    return exitcodes.OK if not verdicts(results) else exitcodes.FAILED
+    print(tables(results) if args.markdown else "\n".join(all_verdicts(results)) or "every target met")
+    return exitcodes.OK if not all_verdicts(results) else exitcodes.FAILED
+
+
+def tables(results: list[ScenarioResult]) -> str:
+    """The straggler table (scenarios without a hang, crash or desync), the slow-link table when any
+    link was injected or named, and the failures table when any failure was injected or named."""
+    scored = [r for r in results if not r.failure_scenario]
+    with_links = any(r.link_faults or r.links.named for r in scored)
+    with_failures = any(r.failure_scenario or r.failures.false_alarms for r in results)
+    parts = [markdown(scored)] if scored else []
+    parts += [link_markdown(scored)] if with_links else []
+    parts += [failure_markdown(results)] if with_failures else []
+    return "\n\n".join(parts)
+
+
+def all_verdicts(results: list[ScenarioResult]) -> list[str]:
+    """The straggler and link targets on the scenarios they score, then the failure targets on all."""
+    scored = [r for r in results if not r.failure_scenario]
+    return (verdicts(scored) if scored else []) + failure_verdicts(results)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ DEMO_DESCRIPTION = (
 DEMO_EXAMPLES = examples("rankecho demo", "rankecho demo --part fanin --keep /tmp/echo-fanin-demo.db")
 EVALUATE_DESCRIPTION = (
     "Score the straggler diagnosis on the scenario set, end to end: real rank processes on the fake "
-    "libraries, one real eBPF agent per node, a real Echo, then find_stragglers against ground truth. "
+    "libraries, one real eBPF agent per node, a real Echo, then find_stragglers (and find_hangs: hangs, "
+    "crashes and desyncs named, or none on a scenario without one) against ground truth. "
     "Needs root, bcc and tracefs, like the agent. Exit 0 when every target is met."
 )
 EVALUATE_EXAMPLES = examples(

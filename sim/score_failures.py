@@ -36,6 +36,8 @@ TRUTH_KIND = {"hang": "hangs", "crash": "crashes", "desync": "desyncs"}
 class FailureScore:
     expected: tuple[str, ...] = ()
     """The truth's failure kinds, as find_hangs names them ("hangs", ...)."""
+    named: tuple[str, ...] = ()
+    """Of those, the kinds named at all (right or not)."""
     right: tuple[str, ...] = ()
     """Of those, the kinds named with the right rank(s) (and a hang in time)."""
     false_alarms: tuple[str, ...] = ()
@@ -51,6 +53,11 @@ class FailureScore:
     def missed(self) -> tuple[str, ...]:
         """Expected kinds not named right (named wrong, late, or not at all)."""
         return tuple(k for k in self.expected if k not in self.right)
+
+    @property
+    def unnamed(self) -> tuple[str, ...]:
+        """Expected kinds find_hangs did not name at all."""
+        return tuple(k for k in self.expected if k not in self.named)
 
     @property
     def ok(self) -> bool:
@@ -115,6 +122,7 @@ def score_failures(
             wrong.append(f"desync: first rank named {rows['desyncs'][0]['first_rank']}, truth {truth_rank}")
     return FailureScore(
         expected=tuple(k for k in KINDS if k in by_kind),
+        named=tuple(k for k in KINDS if k in by_kind and rows[k]),
         right=tuple(right),
         false_alarms=tuple(false_alarms),
         wrong=tuple(wrong),

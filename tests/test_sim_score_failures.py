@@ -58,9 +58,11 @@ def test_hang_named_late_or_with_the_wrong_ranks_or_not_at_all_is_missed() -> No
     late = score_failures(truth([HANG]), answer([hang([3])]), first_named_ns=START_NS + 31 * 10**9)
     assert late.missed == ("hangs",) and late.named_after_s == 31.0 and "31.0 s > 30" in late.wrong[0]
     extra = score_failures(truth([HANG]), answer([hang([2, 3])]), first_named_ns=START_NS)
-    assert extra.missed == ("hangs",) and extra.wrong == ("hang: missing [2, 3], truth [3]",)
+    assert (extra.missed, extra.unnamed) == (("hangs",), ())
+    assert extra.wrong == ("hang: missing [2, 3], truth [3]",)
     never = score_failures(truth([HANG]), answer())
-    assert (never.missed, never.wrong, never.named_after_s) == (("hangs",), (), None)
+    assert (never.missed, never.unnamed, never.wrong) == (("hangs",), ("hangs",), ())
+    assert never.named_after_s is None
     untimed = score_failures(truth([HANG]), answer([hang([3])]))  # no watcher time: not shown live
     assert untimed.missed == ("hangs",)
 
