@@ -5,7 +5,9 @@ off-CPU interval is recorded only when it ends. So every ``--heartbeat-s`` the a
 that has entered no collective for that long, what BPF holds right now for the thread that calls its
 collectives: the traced call in flight and since when (``in_flight``, ``calls``), the off-CPU interval in
 progress and whether it blocked or was preempted (``offstart``), and the stack it switched out with
-(``off_stacks``). One ``rankecho.rank.state`` point per quiet rank says it: Echo's
+(``off_stacks``), and where its last heartbeat went by cause class (the pre-call breakdown's
+``rankecho.pre.*``, from the intervals the agent keeps for it). One ``rankecho.rank.state`` point per quiet
+rank says it: Echo's
 ``fleet.cluster.find_hangs`` reads "rank 3: asleep off the CPU for 41 s in ppoll <- hang_rank <- run_step"
 from it. A rank that enters a collective every step sends none: the cost is paid only while a rank is
 quiet (a few points per heartbeat, never per step).
@@ -25,6 +27,7 @@ from typing import Any
 
 from rankecho.agent.events import FN, STACK_SOURCE, SYMBOLS, StackRecord, decode
 from rankecho.agent.procstate import Proc
+from rankecho.agent.window import Interval, classify_offcpu
 from rankecho.shared import contract as c
 from rankecho.shared.otlp import AttrValue
 
@@ -101,6 +104,17 @@ class Heartbeat:
     def _send(self, proc: Proc, now_ns: int, quiet_ns: int, now: ThreadNow) -> None:
         to_unix = self._tracker.clock.to_unix
         attrs: dict[str, AttrValue] = {}
+        stack = self._tracker.ship_stack(proc, now.stack) if now.stack is not None else None
+        # Where the last heartbeat went, by cause class (rankecho.pre.*): a rank waiting in a loop (poll
+        # with a timeout) is off the CPU most of the time though its current interval is short.
+        call = SYMBOLS[now.call] if now.call is not None else ""
+        still_off = None
+        if now.offcpu_since_ns is not None:
+            category = classify_offcpu(now.sleeping, None if now.sleeping else "other", call)
+            still_off = Interval(now.offcpu_since_ns, now_ns, category, 0, None, stack)
+        window = self._tracker.windows.thread(proc.info.pid, proc.caller_tid)
+        start = now_ns - min(quiet_ns, self._quiet_ns)
+        attrs.update(window.peek(start, now_ns, still_off).attributes())
         if now.call is not None:
             attrs[c.STATE_CALL] = SYMBOLS[now.call]
             if now.call_since_ns is not None:
@@ -108,8 +122,6 @@ class Heartbeat:
         if now.offcpu_since_ns is not None:
             attrs[c.STATE_OFFCPU_SINCE_NS] = to_unix(now.offcpu_since_ns)
             attrs[c.STATE_SLEEPING] = now.sleeping
-        if now.stack is not None:
-            stack = self._tracker.ship_stack(proc, now.stack)
-            if stack is not None:
-                attrs[c.STACK_ID] = stack
+        if stack is not None:
+            attrs[c.STACK_ID] = stack
         self._tracker.emit(proc, c.M_RANK_STATE, now_ns, round(quiet_ns / 1e9, 3), attrs, proc.caller_tid)

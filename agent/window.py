@@ -146,14 +146,14 @@ class ThreadWindow:
         history.append(length_ns)
         return length_ns >= threshold_ns and length_ns > OUTLIER_FACTOR * usual
 
-    def close(self, start_ns: int, end_ns: int, from_completion: bool, threshold_ns: int) -> Breakdown:
-        """The breakdown of [start_ns, end_ns); ships the window's raw intervals when it is unusually long."""
-        self.calls_collectives = True
+    def _sum(self, start_ns: int, end_ns: int, extra: Interval | None = None
+             ) -> tuple[dict[str, int], int, list[Interval], dict[tuple[str, str], int]]:
+        """Time per class, presync, the intervals inside and time per (class, stack) in [start_ns, end_ns)."""
         spent = dict.fromkeys(c.PRE_CLASSES, 0)
         presync = 0
         inside: list[Interval] = []
         by_stack: dict[tuple[str, str], int] = {}
-        for iv in self.intervals:
+        for iv in [*self.intervals, extra] if extra is not None else self.intervals:
             overlap = min(iv.end_ns, end_ns) - max(iv.start_ns, start_ns)
             if overlap <= 0:
                 continue
@@ -164,6 +164,18 @@ class ThreadWindow:
                     key = (iv.category, iv.stack)
                     by_stack[key] = by_stack.get(key, 0) + overlap
             presync += iv.presync_sign * overlap
+        return spent, presync, inside, by_stack
+
+    def peek(self, start_ns: int, end_ns: int, open_interval: Interval | None = None) -> Breakdown:
+        """The breakdown of [start_ns, end_ns) so far, changing nothing (the heartbeat's view of a quiet
+        rank); ``open_interval``: one still in progress (an off-CPU interval not ended yet)."""
+        spent, _, _, by_stack = self._sum(start_ns, end_ns, open_interval)
+        return Breakdown(start_ns, end_ns, spent, None, _top_stacks(by_stack), self._oncpu(start_ns, end_ns))
+
+    def close(self, start_ns: int, end_ns: int, from_completion: bool, threshold_ns: int) -> Breakdown:
+        """The breakdown of [start_ns, end_ns); ships the window's raw intervals when it is unusually long."""
+        self.calls_collectives = True
+        spent, presync, inside, by_stack = self._sum(start_ns, end_ns)
         length = end_ns - start_ns
         history = self.windows.setdefault(from_completion, deque(maxlen=HISTORY))
         usual = _median(history) if len(history) >= MIN_HISTORY else None

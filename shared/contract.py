@@ -162,8 +162,9 @@ M_PROCESS_EXIT: Final = "rankecho.process.exit"
 M_RANK_STATE: Final = "rankecho.rank.state"
 """What a quiet rank is doing now: sent every heartbeat (agent ``--heartbeat-s``) for each rank that has
 entered no collective for that long. timestamp = now; value_double = seconds since its last collective
-entry; ``STATE_*`` attributes, ``STACK_ID`` of its switch-out stack when off the CPU, and the instance it is
-to enter next as ``CAUSAL_CHAIN_ID``. Hang analysis: ``fleet.cluster.find_hangs`` (``doing``)."""
+entry; ``STATE_*`` attributes, ``STACK_ID`` of its switch-out stack when off the CPU, the last heartbeat's
+time by cause class as ``rankecho.pre.*`` (``PRE_WINDOW_MS`` long), and the instance it is to enter next as
+``CAUSAL_CHAIN_ID``. Hang analysis: ``fleet.cluster.find_hangs`` (``doing``)."""
 M_GPU_UTIL: Final = "rankecho.gpu.utilization"
 M_GPU_MEM_USED: Final = "rankecho.gpu.memory.used"
 M_GPU_SM_CLOCK: Final = "rankecho.gpu.clock.sm"

@@ -110,6 +110,8 @@ def test_hang_is_named_live_with_the_missing_rank(echo: Echo, tmp_path: Path) ->
     # A state goes out once the rank is quiet for a heartbeat (5 s); the sim's endless hang sleeps in a
     # loop of 1 s ppoll() calls, so the current off-CPU interval is at most ~1 s old.
     assert doing["quiet_s"] >= 5.0 and 0 <= doing["off_cpu_s"] <= 5.0, doing
+    # ... but its last heartbeat (5 s) went mostly asleep: the loop's wake-ups are short.
+    assert doing["recent_by_class_s"]["sleeping"] >= 0.6 * doing["recent_s"], doing
     assert "hang_rank" in (doing["leading_frames"] or ""), doing
     assert doing["summary"] in world[0]["summary"]
     assert seen["crashes"] == [] and seen["desyncs"] == []

@@ -11,7 +11,7 @@ from rankecho.agent.clock import ClockConverter
 from rankecho.agent.events import FN, CallRecord, InitRecord, OffCpuRecord
 from rankecho.agent.identity import EnvIdentity, ProcessInfo
 from rankecho.agent.tracker import Tracker
-from rankecho.agent.window import WindowKeeper, classify_offcpu
+from rankecho.agent.window import Interval, WindowKeeper, classify_offcpu
 from rankecho.echo.app import Echo
 from rankecho.shared import contract as c
 from rankecho.shared.otlp import Point, metrics_request
@@ -165,3 +165,23 @@ def test_off_cpu_classes_follow_echos_staging_rules() -> None:
     assert b.spent_ns["sleeping"] == 6 * MS and b.spent_ns["cpu_contention"] == 4 * MS
     assert b.attributes() == {c.PRE_WINDOW_MS: 20.0, f"{c.PRE_PREFIX}sleeping_ms": 6.0,
                               f"{c.PRE_PREFIX}cpu_contention_ms": 4.0, c.PRE_PRESYNC_MS: 0.0}  # fmt: skip
+
+
+def test_peek_sums_a_span_with_the_interval_in_progress_and_changes_nothing() -> None:
+    """The heartbeat's view of a quiet rank: closed intervals in the span plus the off-CPU one still in
+    progress, clipped to the span; no window length is remembered and nothing ships."""
+    shipped: list[str] = []
+    keeper = WindowKeeper(raw_threshold_ns=1)
+    ms = 1_000_000
+    for i in range(4):  # a loop of 1 s sleeps, 10 ms awake between them
+        start = i * 1010 * ms
+        keeper.offcpu(1, 1, start, start + 1000 * ms, True, None, "", 0, lambda: shipped.append("x"))
+    window = keeper.thread(1, 1)
+    before = (dict(window.windows), {k: list(v) for k, v in window.lengths.items()})
+    still = Interval(4040 * ms, 5000 * ms, "sleeping", 0, None)
+    seen = window.peek(500 * ms, 5000 * ms, still)
+    assert seen.spent_ns["sleeping"] == (500 + 3 * 1000 + 960) * ms
+    assert seen.end_ns - seen.start_ns == 4500 * ms and seen.presync_ns is None
+    assert window.peek(500 * ms, 5000 * ms).spent_ns["sleeping"] == (500 + 3 * 1000) * ms
+    assert (dict(window.windows), {k: list(v) for k, v in window.lengths.items()}) == before
+    assert not window.calls_collectives and shipped == []

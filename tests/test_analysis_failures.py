@@ -254,7 +254,8 @@ def test_a_hang_says_what_the_missing_rank_is_stuck_in_from_its_latest_heartbeat
     job.state(2, opened - 20 * s, 5.0, **{c.STATE_CALL: "cudaMalloc", c.STATE_CALL_SINCE_NS: opened - 25 * s})
     job.state(2, opened + 25 * s, 25.0, **{c.STATE_OFFCPU_SINCE_NS: opened - 1 * s, c.STATE_SLEEPING: False})
     job.state(2, opened + 30 * s, 30.0, **{c.STATE_OFFCPU_SINCE_NS: opened - 1 * s, c.STATE_SLEEPING: True,
-                                           c.STACK_ID: "5a5a5a5a5a5a5a5a"})  # fmt: skip
+                                           c.STACK_ID: "5a5a5a5a5a5a5a5a", c.PRE_WINDOW_MS: 5000.0,
+                                           f"{c.PRE_PREFIX}sleeping_ms": 4800.0})  # fmt: skip
     job.state(0, opened + 30 * s, 30.0, **{c.STATE_CALL: "cudaStreamSynchronize",
                                            c.STATE_CALL_SINCE_NS: opened})  # fmt: skip
     [hang] = find(con, job, opened + 31 * s)["hangs"]
@@ -263,9 +264,13 @@ def test_a_hang_says_what_the_missing_rank_is_stuck_in_from_its_latest_heartbeat
         2, "n1", True, 31.0, None
     )
     assert doing["leading_frames"] == "ppoll <- hang_rank <- run_step <- main"
-    assert doing["quiet_s"] == 30.0
-    assert doing["summary"] == ("rank 2 (n1) no collective for 30.0 s, asleep off the CPU (for 31.0 s), "
-                                "in ppoll <- hang_rank <- run_step <- main")
+    assert doing["quiet_s"] == 30.0 and doing["recent_s"] == 5.0
+    assert doing["recent_by_class_s"] == {"sleeping": 4.8, "host_compute": 0.2}
+    assert doing["summary"] == (
+        "rank 2 (n1) no collective for 30.0 s, 4.8 s of the last 5.0 s sleeping off the CPU outside CUDA "
+        "calls (data loader, I/O or a lock), asleep off the CPU (for 31.0 s), in ppoll <- hang_rank <- "
+        "run_step <- main"
+    )
     assert doing["summary"] in hang["summary"]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rankecho.echo.mcp.causes import CAUSE_TEXT
 from rankecho.echo.mcp.diagnosis import DiagnosisError
 from rankecho.echo.mcp.windows import iso
 
@@ -121,6 +122,12 @@ def _hang(r: dict[str, Any]) -> dict[str, Any]:
 def _doing(d: dict[str, Any]) -> dict[str, Any]:
     """One missing rank's latest heartbeat: what it was stuck in when its agent last looked."""
     parts = [f"no collective for {d['quiet_s']:.1f} s"]
+    recent = {k: v for k, v in (d["recent_by_class_s"] or {}).items() if v > 0}
+    if d["recent_s"]:
+        # The class that took most of the span; what no class took was on the CPU (host compute).
+        recent["host_compute"] = max(d["recent_s"] - sum(recent.values()), 0.0)
+        top = max(recent, key=lambda k: (recent[k], k))
+        parts.append(f"{recent[top]:.1f} s of the last {d['recent_s']:.1f} s {CAUSE_TEXT[top]}")
     if d["off_cpu_s"] is not None:
         # Since this switch-out only: a rank waiting in a loop (poll with a timeout) wakes now and then.
         how = "asleep off the CPU" if d["sleeping"] else "waiting for a CPU"
@@ -142,6 +149,8 @@ def _doing(d: dict[str, Any]) -> dict[str, Any]:
         "sleeping": d["sleeping"],
         "stack_id": d["stack_id"],
         "leading_frames": d["leading_frames"],
+        "recent_s": None if d["recent_s"] is None else round(d["recent_s"], 1),
+        "recent_by_class_s": {k: round(v, 2) for k, v in recent.items()},
         "summary": f"rank {d['rank']} ({d['node_id']}) " + ", ".join(parts),
     }
 

@@ -13,7 +13,8 @@ d AS (
     SELECT h.cluster_id, h.job_id, h.causal_chain_id,
            list({'rank': s.rank, 'node_id': s.node_id, 'at_ns': s.at_ns, 'quiet_s': s.quiet_s, 'call': s.call,
                  'call_s': s.call_s,
-                 'off_cpu_s': s.off_cpu_s, 'sleeping': s.sleeping, 'stack_id': s.stack_id,
+                 'off_cpu_s': s.off_cpu_s, 'sleeping': s.sleeping, 'stack_id': s.stack_id, 'recent_s': s.recent_s,
+                 'recent_by_class_s': s.recent_by_class_s,
                  'leading_frames': s.leading_frames} ORDER BY s.rank) AS doing
     FROM h JOIN rk_rank_states($start_ns, $end_ns, $cluster_id, job := $job_id) s
       ON s.cluster_id = h.cluster_id AND s.job_id = h.job_id AND list_contains(h.missing, s.rank)
