@@ -30,7 +30,7 @@ SCENARIOS = Path(__file__).resolve().parent.parent / "sim" / "scenarios" / "fail
 HANG_OPEN_S = 3.0
 SETTLED_S = PENDING_TIMEOUT_NS / 1e9 + 2
 """An answer that has not changed for one agent pending timeout (plus a poll) has every node's calls."""
-"""The hang threshold the test asks for (the job's own is max(30 s, 10 steps)): the ranks that entered
+"""The hang threshold the test asks for (the job's own is max(20 s, 8 steps)): the ranks that entered
 show up ~10 s after the hang (the agent's pending timeout), so this keeps the test short."""
 
 

@@ -129,13 +129,13 @@ def test_hang_named_once_older_than_the_threshold_with_who_entered_and_who_did_n
     for rank in (0, 1, 3):  # rank 2 never reaches seq 20; the others wait, and no sync completes it
         job.collective(rank, 20, done=False)
     opened = T0 + 20 * STEP_NS
-    assert find(con, job, opened + 29 * 10**9)["hangs"] == []  # 30 s minimum (steps are 0.1 s)
-    answer = find(con, Job(), opened + 31 * 10**9)
+    assert find(con, job, opened + 19 * 10**9)["hangs"] == []  # 20 s minimum (steps are 0.1 s)
+    answer = find(con, Job(), opened + 21 * 10**9)
     [hang] = answer["hangs"]
     assert (hang["causal_chain_id"], hang["entered"], hang["missing"], hang["exited"]) == (
         f"{COMM}:20", [0, 1, 3], [2], []
     )
-    assert hang["threshold_s"] == 30.0 and hang["step_ms"] == 100.0 and hang["open_s"] == 31.0
+    assert hang["threshold_s"] == 20.0 and hang["step_ms"] == 100.0 and hang["open_s"] == 21.0
     assert "rank 2 never did" in hang["summary"] and answer["verdict"].startswith("1 hangs")
     assert answer["crashes"] == [] and answer["desyncs"] == []
     shorter = Investigation(Reader(con), load_rates(), clock_ns=lambda: opened + 5 * 10**9).failures

@@ -50,3 +50,16 @@ def test_failure_faults_in_words() -> None:
     crash = Fault("crash", rank=2, start_step=3, status=7)
     assert describe_fault(crash) == "crash (exit 7) on rank 2 at step 3"
     assert describe_fault(Fault("slow_gpu", ms=10, rank=1)) == ""
+
+
+def test_a_named_link_is_scored_by_the_link_table_not_called_a_fault_free_name() -> None:
+    """A slow_link scenario's default call names the link: the link table scores it, so it is no
+    "named ... with no fault" miss; on a scenario with no slow_link it still is one."""
+    base = result("slow-nic", FailureScore(), False)
+    with_link = ScenarioResult(**{**base.__dict__, "named": ["link node-b"], "link_faults": 1})
+    assert with_link.unexplained == set()
+    no_link = ScenarioResult(**{**base.__dict__, "named": ["rank 5", "link node-b"], "link_faults": 0,
+                                "periods": [("rank 5", 7, 7)]})  # a straggler scenario: rank 5 is its fault
+    assert no_link.unexplained == {"link node-b"}
+    assert "slow-nic: named ['link node-b'] with no fault" in all_verdicts([no_link])
+    assert not any("with no fault" in v for v in all_verdicts([with_link]))

@@ -162,7 +162,7 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
             Field(
                 ge=0,
                 description="Call an open collective a hang after this many seconds. Omit for the job's own "
-                "threshold: max(30 s, 10 typical steps).",
+                "threshold: max(20 s, 8 typical steps).",
             ),
         ] = None,
         job_id: Annotated[

@@ -11,9 +11,10 @@
 -- name: rk_failure_tuning
 -- Every number the failure analysis is tuned by, in one place. A hang is an open instance older than
 -- greatest(hang_min_ns, hang_steps x the job's typical step): NCCL's own watchdog is minutes, a data
--- loader hiccup is seconds, and a slow job's steps can be long.
+-- loader hiccup is seconds, and a slow job's steps can be long. Below the max(30 s, 10 steps) a hang must
+-- be named within (issue 24), by a margin for the agents' 10 s pending timeout and a poll.
 CREATE OR REPLACE TEMP MACRO rk_failure_tuning() AS TABLE
-SELECT CAST(30000000000 AS BIGINT) AS hang_min_ns, 10 AS hang_steps;
+SELECT CAST(20000000000 AS BIGINT) AS hang_min_ns, 8 AS hang_steps;
 
 -- name: rk_failure_rows
 -- The collective calls (send/recv left out) whose instance id holds across ranks, in the window.
