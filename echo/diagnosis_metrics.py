@@ -1,7 +1,8 @@
 """The diagnosis as Prometheus gauges on Echo's ``/metrics``: what a person alerts on and graphs.
 
 Per cluster: stragglers named, their late episodes, the GPU-seconds they imposed and the cost rate, over
-the last ``window`` (find_stragglers' own answer, so an alert and an MCP answer never disagree); per node:
+the last ``window`` (find_stragglers' own answer, so an alert and an MCP answer never disagree); hangs open
+now, crashes and desyncs (find_hangs' answer); per node:
 seconds since its newest event (a node whose agent stopped reporting stands out). The analysis runs in
 a background thread every ``every_s`` seconds, never in a scrape: a scrape reads the last result, and
 ``rankecho_diagnosis_age_seconds`` says how old it is. The Grafana dashboard and alert rules shipped in
@@ -41,6 +42,10 @@ METRICS = {
     "rankecho_imposed_gpu_seconds": "GPU-seconds the other ranks waited for named stragglers in the window.",
     "rankecho_stall_cost_per_hour": "What the imposed waits cost per hour at the window's rate (GPU rates).",
     "rankecho_late_episodes": "Late episodes in the window, named stragglers' and isolated ones.",
+    "rankecho_hangs": "Collective instances open past the hang threshold now (find_hangs: ranks stuck).",
+    "rankecho_hang_open_seconds": "Seconds the oldest open hang of the cluster has waited (absent: none).",
+    "rankecho_crashes": "Rank exits that took a job down in the window (find_hangs' crashes, first ones).",
+    "rankecho_desyncs": "Instances whose ranks issued different collectives in the window (find_hangs).",
     "rankecho_node_last_event_age_seconds": "Seconds since the node's newest stored event (data freshness).",
     "rankecho_diagnosis_age_seconds": "Seconds since these gauges were computed.",
     "rankecho_diagnosis_duration_seconds": "How long the last refresh of these gauges took.",
@@ -84,11 +89,32 @@ def compute(inv: Investigation, window: str, now_ns: int) -> list[Sample]:
             labels = {"cluster_id": cid, "kind": s["kind"], "node_id": str(s["node_id"]), "rank": rank,
                       "cause": str(s["cause"]["class"])}
             out.append(Sample("rankecho_straggler_late_episodes", labels, s["episodes_total"]))
+    out += failure_samples(inv, window, {str(c["cluster_id"]) for c in found["clusters"]})
     nodes, _ = inv.records(inv.run_named("summary_nodes", now_ns=now_ns, start_ns=None, end_ns=None))
     for node in nodes:
         out.append(Sample("rankecho_node_last_event_age_seconds",
                           {"cluster_id": str(node["cluster_id"]), "node_id": str(node["node_id"])},
                           max(float(node["stale_s"]), 0.0)))  # fmt: skip
+    return out
+
+
+def failure_samples(inv: Investigation, window: str, clusters: set[str]) -> list[Sample]:
+    """Hangs open now, crashes and desyncs in the window, per cluster (0 for a cluster with none, so an
+    alert on them resolves): what stops a job rather than slows it, for a page rather than a ticket."""
+    found = inv.failures.find_hangs(window)
+    counts: dict[str, dict[str, int]] = {cid: {"hangs": 0, "crashes": 0, "desyncs": 0} for cid in clusters}
+    oldest: dict[str, float] = {}
+    for kind in ("hangs", "crashes", "desyncs"):
+        for row in found[kind]:
+            if kind == "crashes" and not row["first"]:
+                continue  # its peers aborting after it: one crash
+            cid = str(row["cluster_id"])
+            counts.setdefault(cid, {"hangs": 0, "crashes": 0, "desyncs": 0})[kind] += 1
+            if kind == "hangs":
+                oldest[cid] = max(oldest.get(cid, 0.0), float(row["open_s"]))
+    out = [Sample(f"rankecho_{kind}", {"cluster_id": cid}, n)
+           for cid, kinds in sorted(counts.items()) for kind, n in kinds.items()]  # fmt: skip
+    out += [Sample("rankecho_hang_open_seconds", {"cluster_id": cid}, s) for cid, s in sorted(oldest.items())]
     return out
 
 

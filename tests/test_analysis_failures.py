@@ -14,6 +14,7 @@ from typing import Any
 import duckdb
 import pytest
 
+from rankecho.echo.diagnosis_metrics import failure_samples
 from rankecho.echo.mcp.diagnosis import DiagnosisError
 from rankecho.echo.mcp.rates import load_rates
 from rankecho.echo.mcp.tools import Investigation
@@ -281,3 +282,26 @@ def test_a_hang_without_heartbeats_has_nothing_to_say_about_the_missing_rank(
     job.state(2, T0 + 20 * STEP_NS - 10**9, 5.0, **{c.STATE_CALL: "cudaMalloc"})  # before it opened: stale
     [hang] = find(con, job, T0 + 20 * STEP_NS + 31 * 10**9)["hangs"]
     assert hang["doing"] == [] and hang["summary"].endswith("rank 2 never did")
+
+
+def test_the_metrics_page_counts_open_hangs_and_first_crashes_per_cluster(
+    con: duckdb.DuckDBPyConnection,
+) -> None:
+    """/metrics' failure gauges (echo/diagnosis_metrics.py) from find_hangs on the same store: the open
+    hang and how long it has waited; a crash counted once (its peers' later aborts are not more)."""
+    job = rank_2_hangs_at_step_20()
+    job.write(con)
+    now = T0 + 20 * STEP_NS + 25 * 10**9
+    inv = Investigation(Reader(con), load_rates(), clock_ns=lambda: now)
+    samples = failure_samples(inv, "last 15m", {"c1", "idle"})
+    got = {(s.name, s.labels["cluster_id"]): s.value for s in samples}
+    assert got == {("rankecho_hangs", "c1"): 1, ("rankecho_crashes", "c1"): 0, ("rankecho_desyncs", "c1"): 0,
+                   ("rankecho_hang_open_seconds", "c1"): 25.0, ("rankecho_hangs", "idle"): 0,
+                   ("rankecho_crashes", "idle"): 0, ("rankecho_desyncs", "idle"): 0}  # fmt: skip
+    crashed = Job("b", comm="b0")
+    crashed.steps(5)
+    crashed.exit(1, 5.5, 3)
+    crashed.exit(0, 5.6, 70)  # its peer aborting
+    crashed.write(con)
+    got = {(s.name, s.labels["cluster_id"]): s.value for s in failure_samples(inv, "last 15m", set())}
+    assert got[("rankecho_crashes", "c1")] == 1

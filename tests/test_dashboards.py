@@ -77,6 +77,9 @@ def test_metrics_carry_the_diagnosis(metrics_text: str) -> None:
     assert set(fresh) == {f'{{cluster_id="synthetic",node_id="{n.node_id}"}}' for n in JOB.nodes}
     assert 0 <= samples(metrics_text, "rankecho_diagnosis_age_seconds")[""] < 60
     assert samples(metrics_text, "rankecho_diagnosis_failures_total") == {"": 0.0}
+    for kind in ("hangs", "crashes", "desyncs"):  # a straggler is no failure: 0, so an alert resolves
+        assert samples(metrics_text, f"rankecho_{kind}") == {'{cluster_id="synthetic"}': 0.0}
+    assert samples(metrics_text, "rankecho_hang_open_seconds") == {}
     assert "rankecho_echo_committed_total" in metrics_text  # Echo's own counters are still there
 
 
@@ -90,6 +93,12 @@ def test_dashboard_and_rules_use_only_exported_metrics(metrics_text: str) -> Non
     wanted = {"rankecho_stragglers", "rankecho_stall_cost_per_hour", "rankecho_node_last_event_age_seconds"}
     assert wanted <= used
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+
+
+def description(alert: str) -> str:
+    """The description annotation of one alert rule of the chart."""
+    rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    return str(next(r for r in rules if r.get("alert") == alert)["annotations"]["description"])
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="no promtool (Debian's prometheus package: setup-host.sh)")
@@ -107,6 +116,8 @@ def test_rules_pass_promtool_and_the_straggler_alert_fires(tmp_path: Path) -> No
                 {"series": 'rankecho_stragglers{cluster_id="c2"}', "values": "0 0 0 0 0 0 0 0 0 0 0"},
                 {"series": 'rankecho_node_last_event_age_seconds{cluster_id="c1",node_id="n1"}',
                  "values": "10 10 10 400 460 520 580 640 700 760 820"},
+                {"series": 'rankecho_hang_open_seconds{cluster_id="c2"}',
+                 "values": "_ _ _ 21 81 141 _ _ _ _ _"},
             ],
             "alert_rule_test": [
                 {"eval_time": "4m", "alertname": "RankechoStragglerNamed", "exp_alerts": []},
@@ -114,14 +125,19 @@ def test_rules_pass_promtool_and_the_straggler_alert_fires(tmp_path: Path) -> No
                  "exp_alerts": [{"exp_labels": {"severity": "warning", "cluster_id": "c1"},
                                  "exp_annotations": {
                                      "summary": "c1: 1 straggler(s) holding the job back",
-                                     "description": yaml.safe_load(RULES.read_text())["groups"][0]["rules"][0]
-                                     ["annotations"]["description"]}}]},
+                                     "description": description("RankechoStragglerNamed")}}]},
                 {"eval_time": "9m", "alertname": "RankechoNodeSilent",
                  "exp_alerts": [{"exp_labels": {"severity": "warning", "cluster_id": "c1", "node_id": "n1"},
                                  "exp_annotations": {
                                      "summary": "n1 (c1) sent nothing for 760 s",
-                                     "description": yaml.safe_load(RULES.read_text())["groups"][0]["rules"][2]
-                                     ["annotations"]["description"]}}]},
+                                     "description": description("RankechoNodeSilent")}}]},
+                {"eval_time": "2m", "alertname": "RankechoJobHung", "exp_alerts": []},
+                {"eval_time": "4m", "alertname": "RankechoJobHung",
+                 "exp_alerts": [{"exp_labels": {"severity": "critical", "cluster_id": "c2"},
+                                 "exp_annotations": {
+                                     "summary": "c2: ranks stuck in a collective for 81 s",
+                                     "description": description("RankechoJobHung")}}]},
+                {"eval_time": "11m", "alertname": "RankechoJobHung", "exp_alerts": []},  # gone 5 min after
             ],
         }],
     }  # fmt: skip
