@@ -54,7 +54,7 @@ def build(path: Path, rows: int) -> duckdb.DuckDBPyConnection:
     migrate(con)
     con.execute(
         """
-        INSERT INTO events
+        INSERT INTO events_generic
         SELECT printf('ev-%09d', i), $start + i * 1000000, $start + i * 1000000, 'metric', 'bench-cluster',
                printf('node-%02d', i // 8 % 16), 'rankecho.health.score', i % 128, 128,
                CASE WHEN i % 128 = 43 AND i % 1024 = 43 THEN 0.2 ELSE 0.6 + (i % 37) / 100 END, NULL,

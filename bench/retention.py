@@ -38,8 +38,8 @@ FOREVER_S = 1e9
 COLLECTIVES_PER_STEP = 3
 INTERVALS_PER_STEP = 5
 EVENTS_SQL = """
-INSERT INTO events (event_id, timestamp_ns, received_ns, signal, cluster_id, node_id, metric_name, rank,
-                    nranks, value_double, causal_chain_id, attrs_json)
+INSERT INTO events_generic (event_id, timestamp_ns, received_ns, signal, cluster_id, node_id, metric_name,
+                    rank,                     nranks, value_double, causal_chain_id, attrs_json)
 SELECT md5(($seed::BIGINT * 100_000_000 + i)::VARCHAR)[:16],
        $t0 + (i // $ranks) * $step_ns + (i % $ranks) * 1000,
        $t0, 'metric', 'c1', 'node-' || (i % $ranks) // 8,

@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 
 from rankecho.echo.queries import parse_named
-from rankecho.echo.store.staging import backfill
+from rankecho.echo.store.staging import store_events
 
 STATEMENTS = parse_named((Path(__file__).resolve().parent / "synthetic.sql").read_text(encoding="utf-8"))
 EVENTS_PER_RANK_STEP = 16
@@ -145,8 +145,7 @@ def write_job(con: duckdb.DuckDBPyConnection, job: SyntheticJob) -> int:
     if job.job_id is not None:
         stamp = STATEMENTS["stamp_synthetic_job"]
         con.execute(stamp.sql, stamp.bind(job=job.job_id)).fetchall()
-    con.execute(STATEMENTS["store_synthetic_events"].sql).fetchall()
-    backfill(con, "syn_events")
+    store_events(con, "syn_events")
     written = con.execute("SELECT count(*) FROM syn_events").fetchall()[0][0]
     con.execute("DROP TABLE syn_events")
     return int(written)

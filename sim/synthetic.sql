@@ -149,7 +149,3 @@ FROM everything;
 UPDATE syn_events
 SET event_id = $job || '/' || event_id,
     attrs_json = CAST(json_merge_patch(attrs_json, json_object('rankecho.job.id', $job)) AS VARCHAR);
-
--- name: store_synthetic_events
--- Add syn_events to the store's events.
-INSERT INTO events SELECT * FROM syn_events;

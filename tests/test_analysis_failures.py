@@ -20,7 +20,7 @@ from rankecho.echo.mcp.rates import load_rates
 from rankecho.echo.mcp.tools import Investigation
 from rankecho.echo.store.migrate import migrate
 from rankecho.echo.store.reader import Reader
-from rankecho.echo.store.staging import backfill
+from rankecho.echo.store.staging import store_events
 from rankecho.shared import contract as c
 
 T0 = 1_800_000_000_000_000_000
@@ -95,8 +95,7 @@ class Job:
         cols = list(new[0])
         con.executemany(f"INSERT INTO src ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                         [[e[k] for k in cols] for e in new])  # fmt: skip
-        con.execute("INSERT INTO events SELECT * FROM src")
-        backfill(con, "src")
+        store_events(con, "src")
         con.execute("DROP TABLE src")
 
 

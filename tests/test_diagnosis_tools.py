@@ -270,8 +270,8 @@ def test_diagnose_fails_plainly_without_agent_data(tmp_path: Path, store: Path) 
     other = build_store(tmp_path / "other.db")
     with duckdb.connect(str(other)) as con:  # points from something that is not an agent (rankecho stress)
         con.execute(
-            "INSERT INTO events VALUES ('e1', 1796220000000000000, 0, 'metric', 'fanin', 'n1', 'm', NULL, "
-            "NULL, 0.5, NULL, NULL, '{}')"
+            "INSERT INTO events_generic VALUES ('e1', 1796220000000000000, 0, 'metric', 'fanin', 'n1', 'm', "
+            "NULL, NULL, 0.5, NULL, NULL, '{}')"
         )
     no_agent = diagnose("--db", str(other), "--json")
     assert no_agent.returncode == 1 and "no agent data" in no_agent.stderr

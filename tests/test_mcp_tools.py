@@ -164,7 +164,7 @@ def test_outliers_by_mad_flags_the_node_below_its_peers(tmp_path: Path) -> None:
     con = duckdb.connect(str(tmp_path / "mad.db"))
     migrate(con)
     con.execute(
-        """INSERT INTO events
+        """INSERT INTO events_generic
            SELECT 'e' || i, i, i, 'metric', 'c', 'node-' || (i % 4), 'rankecho.health.score', i % 4, 4,
                   CASE WHEN i % 4 = 2 THEN 0.5 + (i % 3) / 100 ELSE 0.9 + (i % 5) / 100 END, NULL, NULL, '{}'
            FROM range(400) t(i)"""
@@ -203,7 +203,7 @@ def test_get_cost_counts_ranks_not_the_agents_own_points(tmp_path: Path) -> None
     con = build_store(tmp_path / "agent.db")
     for node, model in (("node-a", "NVIDIA A100-SXM4-80GB"), ("node-b", "NVIDIA H100 80GB HBM3")):
         con.execute(
-            "INSERT INTO events SELECT printf('agent-%s-%d', ?, i), ? + i * ?, ? + i * ?, 'metric', "
+            "INSERT INTO events_generic SELECT printf('agent-%s-%d', ?, i), ? + i * ?, ? + i * ?, 'metric', "
             "'demo-cluster', ?, 'rankecho.agent.spool_bytes', NULL, NULL, 0.0, NULL, NULL, "
             "json_object('rankecho.gpu.model', ?) FROM range(3) t(i)",
             [node, START_NS - 3600 * 10**9, 3 * 3600 * 10**9, START_NS, 3600 * 10**9, node, model],
@@ -281,7 +281,7 @@ def test_hostile_wire_strings_are_bounded_and_cleaned(tmp_path: Path) -> None:
     ]
     for i, (event_id, node, attrs) in enumerate(rows):
         con.execute(
-            "INSERT INTO events VALUES (?, ?, 0, 'metric', 'c', ?, 'm', 0, 1, 0.5, NULL, NULL, ?)",
+            "INSERT INTO events_generic VALUES (?, ?, 0, 'metric', 'c', ?, 'm', 0, 1, 0.5, NULL, NULL, ?)",
             [event_id, START_NS + i, node, attrs],
         )
     seal(con)

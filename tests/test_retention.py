@@ -257,8 +257,8 @@ def test_a_failing_pass_is_reported_and_the_writer_goes_on(tmp_path: Path) -> No
 def fill(con: duckdb.DuckDBPyConnection, start_ns: int, n: int, every_ns: int) -> None:
     """``n`` events and collectives, one every ``every_ns`` from ``start_ns`` (SQL: fast, realistic size);
     the collectives of 8 ranks on 2 communicators, so a minute rolls up into at most 16 rows."""
-    con.execute("""INSERT INTO events (event_id, timestamp_ns, received_ns, signal, cluster_id, node_id,
-                       metric_name, rank, attrs_json)
+    con.execute("""INSERT INTO events_generic (event_id, timestamp_ns, received_ns, signal, cluster_id,
+                       node_id, metric_name, rank, attrs_json)
                    SELECT md5(i::VARCHAR)[:16], $s + i * $e, 0, 'metric', 'c1', 'node-' || (i % 16),
                           'rankecho.nccl.collective', i % 128, '{"comm": "' || (i % 7) || '"}'
                    FROM range($n) t(i)""", {"s": start_ns, "e": every_ns, "n": n})  # fmt: skip
@@ -304,7 +304,7 @@ def test_a_busy_minute_after_quiet_hours_is_deleted_in_bounded_steps(tmp_path: P
     quiet, busy = now - 3 * 86_400 * NS, now - 86_400 * NS
     with duckdb.connect(str(tmp_path / "s.db")) as con:
         migrate(con)
-        con.execute("""INSERT INTO events (event_id, timestamp_ns, received_ns, signal, metric_name)
+        con.execute("""INSERT INTO events_generic (event_id, timestamp_ns, received_ns, signal, metric_name)
                        SELECT 'q' || i, $q + i * 600 * 1000000000, 0, 'metric', 'm' FROM range(280) t(i)
                        UNION ALL
                        SELECT 'b' || i, $b + i * 1000000, 0, 'metric', 'm' FROM range(20000) t(i)""",

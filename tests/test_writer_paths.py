@@ -26,12 +26,12 @@ from rankecho.echo.ops import Stats
 from rankecho.echo.settings import Settings
 from rankecho.echo.store.condition import FIXES, checkpoint_room
 from rankecho.echo.store.migrate import migrate
+from rankecho.echo.store.staging import STAGED, stage
 from rankecho.echo.store.writer import (
     QueueFullError,
     StoreError,
     Writer,
     WriterClosedError,
-    insert_sql,
     rollback,
 )
 from tests.echo_helpers import disk_filled, wait_until
@@ -86,11 +86,6 @@ def hold_entered(writer: Writer) -> threading.Event:
 
 def collectives(con: duckdb.DuckDBPyConnection) -> list[tuple[object, ...]]:
     return con.cursor().execute("SELECT count(*), count(DISTINCT event_id) FROM collectives").fetchall()
-
-
-def test_insert_sql_names_the_columns_and_skips_duplicates_only_when_asked() -> None:
-    assert insert_sql(["a", "b"], False) == "INSERT INTO events (a, b) SELECT a, b FROM incoming"
-    assert insert_sql(["a"], True) == "INSERT INTO events (a) SELECT a FROM incoming ON CONFLICT DO NOTHING"
 
 
 def test_the_writers_defaults_are_echos_settings(db: Path) -> None:
@@ -214,9 +209,9 @@ def test_rollback_undoes_and_keeps_a_failed_commits_cause(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger=writer_module.__name__)
     rows = table(["a"])
-    con.register("incoming", rows)
+    con.register(STAGED, rows)
     con.execute("BEGIN TRANSACTION")
-    con.execute(insert_sql(rows.schema.names, False))
+    stage(con)
     rollback(con)
     assert count(con) == 0
     con.execute("BEGIN TRANSACTION")  # the transaction ended: a new one starts

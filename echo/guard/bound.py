@@ -97,7 +97,10 @@ def _database(policy: Policy) -> duckdb.DuckDBPyConnection:
         con.execute(f"USE {CATALOG}")
         migrate(con)
         prune(con, policy, CATALOG)
-        tables = con.execute("SELECT lower(table_name) FROM duckdb_tables()").fetchall()
+        tables = con.execute(
+            "SELECT lower(table_name) FROM duckdb_tables() "
+            "UNION ALL SELECT lower(view_name) FROM duckdb_views() WHERE NOT internal"
+        ).fetchall()
         for name in sorted(policy.relations - {name for (name,) in tables}):
             con.execute(f'CREATE TABLE "{name}" (value VARCHAR)')
         for name, layer in LAYERS.items():  # the macros the workers define (TEMP there, per connection)

@@ -18,7 +18,8 @@ from importlib import resources
 
 import duckdb
 
-from rankecho.echo.store.staging import backfill
+from rankecho.echo.store.staging import backfill, prepare
+from rankecho.echo.store.typed_events import EVENT_COLUMNS, events_view_sql
 from rankecho.echo.store.writer import rollback
 
 _NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
@@ -35,10 +36,19 @@ class SchemaTooNewError(RuntimeError):
     pass
 
 
-AFTER: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {2: backfill}
-"""Work that completes a migration: v2 stages every stored agent event. It runs after every pending
-migration's DDL, because staging writes the newest tables' columns. (v3's pre-call columns stay NULL on
-collectives stored before it: the analysis explains those from their raw intervals, as it did.)"""
+def events_to_view(con: duckdb.DuckDBPyConnection) -> None:
+    """v7: the stored events move to ``events_generic`` (unchanged; their typed copies say
+    ``in_generic``), and ``events`` becomes the view (:func:`migrate` creates it)."""
+    columns = ", ".join(EVENT_COLUMNS)
+    con.execute(f"INSERT INTO events_generic ({columns}) SELECT {columns} FROM events")
+    con.execute("DROP TABLE events")
+
+
+AFTER: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {2: backfill, 7: events_to_view}
+"""Work that completes a migration, in version order after every pending migration's DDL (staging
+writes the newest tables' columns): v2 stages every stored agent event; v7 moves the events table's rows
+to ``events_generic``. (v3's pre-call columns stay NULL on collectives stored before it: the analysis
+explains those from their raw intervals, as it did.)"""
 
 
 def available() -> list[Migration]:
@@ -75,6 +85,7 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
     applied = {int(r[0]) for r in con.execute("SELECT version FROM schema_version").fetchall()}
     pending = [m for m in migrations if m.version not in applied]
     if not pending:
+        _finish(con)
         return have
     # One transaction for every pending migration: a crash leaves the store at its old version, and the
     # completing work (AFTER) runs once, on the newest tables.
@@ -87,8 +98,17 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
                 AFTER[m.version](con)
         for m in pending:
             con.execute("INSERT INTO schema_version VALUES (?, ?, epoch_ns(now()))", [m.version, m.name])
+        con.execute(events_view_sql())
         con.execute("COMMIT")
     except Exception:
         rollback(con)  # keeps the migration's own error (e.g. disk full) as the one raised
         raise
+    prepare(con)
     return max(have, pending[-1].version)
+
+
+def _finish(con: duckdb.DuckDBPyConnection) -> None:
+    """On a current store: the ``events`` view as this release builds it (its SQL is generated from the
+    typed field lists, which a release may change), and this connection's staging tables."""
+    con.execute(events_view_sql())
+    prepare(con)

@@ -1,15 +1,19 @@
-"""Copies of the node agent's events into the typed analysis tables (``collectives``, ``host_activity``).
+"""Stores one commit's new events: agent events into the typed tables, everything else as generic rows.
 
 The straggler analysis joins millions of collective rows across ranks; reading their attributes out of
-``attrs_json`` on every question would cost seconds, so the writer extracts them once, inside the same
-transaction that stores the events (an acknowledged collective is in both). The statements are named
-SQL in ``echo/queries/staging/``; each reads the relation ``staged``.
+JSON on every question would cost seconds, so the writer extracts them once, inside the transaction
+that stores the events. The extraction is named SQL (``echo/queries/staging/``): each statement reads
+the relation ``staged`` and fills a temporary ``staging_<table>``. Then, per row, :func:`stage` keeps
+the typed row as the event's only copy when it rebuilds the event exactly (schema v7,
+:mod:`rankecho.echo.store.typed_events`): its leftover attributes go to ``attr_sets`` once per distinct
+set; every other event (and an agent event that does not rebuild exactly) is stored in
+``events_generic`` as sent. ``events`` is the view over both.
 
 Usage::
 
     con.register("staged", arrow_table_of_new_events)
     stage(con)                 # inside the writer's transaction
-    backfill(con)              # migration 002: the same statements over every stored event
+    backfill(con)              # a migration: the typed copies of every event in a table of events' shape
 """
 
 from __future__ import annotations
@@ -17,24 +21,108 @@ from __future__ import annotations
 import duckdb
 
 from rankecho.echo.queries import STAGING
+from rankecho.echo.store.typed_events import (
+    EVENT_COLUMNS,
+    EVENT_ROWS,
+    FIELDS,
+    exact_sql,
+    sent_sql,
+    strip_patch,
+)
 
 STAGED = "staged"
-"""The relation every staging statement reads: the rows new to ``events`` in this commit."""
+"""The relation every staging statement reads: the rows new to the store in this commit."""
+TYPED = tuple(FIELDS)
+"""The typed tables, each filled through its temporary ``staging_<table>``."""
 
 
-def stage(con: duckdb.DuckDBPyConnection) -> None:
-    """Run every staging statement on ``staged`` (the caller registered it and owns the transaction)."""
+def prepare(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the temporary staging tables (the typed tables' columns) on this connection; again after
+    a migration changed them."""
+    for table in TYPED:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE staging_{table} AS FROM {table} LIMIT 0")
+
+
+def _extract(con: duckdb.DuckDBPyConnection) -> None:
+    for table in TYPED:  # temporary tables belong to a connection: a writer's cursor makes its own
+        con.execute(f"CREATE TEMP TABLE IF NOT EXISTS staging_{table} AS FROM {table} LIMIT 0")
+        con.execute(f"DELETE FROM staging_{table}")
     for statement in STAGING.values():
         con.execute(statement.sql)
 
 
+def _event_of(table: str, alias: str) -> str:
+    """The id of the event a typed row came from (a 'runq' row is the second piece of an off-CPU event)."""
+    if table == "host_activity":
+        return (f"CASE WHEN {alias}.kind = 'runq' THEN left({alias}.event_id, length({alias}.event_id) - 5) "
+                f"ELSE {alias}.event_id END")
+    return f"{alias}.event_id"
+
+
+def stage(con: duckdb.DuckDBPyConnection) -> int:
+    """Store the rows of ``staged`` (the caller registered them and owns the transaction); returns how
+    many events were kept only in typed tables."""
+    _extract(con)
+    for table in TYPED:  # which events the typed rows rebuild exactly, and their leftover attributes
+        con.execute(
+            f"CREATE OR REPLACE TEMP TABLE exact_{table} AS "
+            f"SELECT t.event_id, json_merge_patch(sent_attrs, '{strip_patch(table)}') AS rest "
+            f"FROM (SELECT * FROM staging_{table} WHERE {EVENT_ROWS[table]}) t "
+            f"JOIN ({sent_sql(table, STAGED)}) s ON s.sent_id = t.event_id "
+            f"WHERE sent_attrs IS NOT NULL AND {exact_sql(table)}"
+        )
+    rests = " UNION ".join(f"SELECT DISTINCT rest FROM exact_{table}" for table in TYPED)
+    con.execute(
+        "INSERT INTO attr_sets "
+        "SELECT (SELECT coalesce(max(attrs_id), 0) FROM attr_sets) + row_number() OVER (), hash(rest), rest "
+        f"FROM ({rests}) n "
+        "WHERE NOT EXISTS "
+        "(SELECT 1 FROM attr_sets a WHERE a.attrs_hash = hash(n.rest) AND a.attrs_json = n.rest)"
+    )
+    for table in TYPED:
+        con.execute(
+            f"INSERT INTO {table} BY NAME "
+            f"SELECT t.* REPLACE (x.event_id IS NULL AS in_generic, a.attrs_id AS attrs_id) "
+            f"FROM staging_{table} t "
+            f"LEFT JOIN exact_{table} x ON x.event_id = {_event_of(table, 't')} "
+            f"LEFT JOIN attr_sets a ON a.attrs_hash = hash(x.rest) AND a.attrs_json = x.rest"
+        )
+    typed_only = " UNION ALL ".join(f"SELECT event_id FROM exact_{table}" for table in TYPED)
+    columns = ", ".join(EVENT_COLUMNS)
+    con.execute(
+        f"INSERT INTO events_generic ({columns}) SELECT {columns} FROM {STAGED} "
+        f"WHERE event_id NOT IN ({typed_only})"
+    )
+    counted = " + ".join(f"(SELECT count(*) FROM exact_{table})" for table in TYPED)
+    return int(con.execute(f"SELECT {counted}").fetchall()[0][0])
+
+
 def backfill(con: duckdb.DuckDBPyConnection, source: str = "events") -> None:
-    """Stage every row of the table ``source`` (by default every stored event: an older store gaining
-    the analysis tables). ``source`` is a table name of the ``events`` shape."""
+    """Add the typed copies of every row of the table ``source`` (an older store gaining the analysis
+    tables: its events stay where they are, so every typed row says ``in_generic``)."""
     if not source.isidentifier():
         raise ValueError(f"source must be a table name, got {source!r}")
+    prepare(con)
     con.execute(f"CREATE OR REPLACE TEMP VIEW {STAGED} AS SELECT * FROM {source}")
     try:
-        stage(con)
+        _extract(con)
+        for table in TYPED:
+            con.execute(
+                f"INSERT INTO {table} BY NAME SELECT * REPLACE (true AS in_generic) FROM staging_{table}"
+            )
+    finally:
+        con.execute(f"DROP VIEW IF EXISTS {STAGED}")
+
+
+def store_events(con: duckdb.DuckDBPyConnection, source: str) -> int:
+    """Store every row of the table ``source`` (the ``events`` columns) as the writer stores a commit's
+    new rows, in the caller's transaction (generators and tests that build a store without Echo); no
+    resend check. Returns how many events went to typed tables only."""
+    if not source.isidentifier():
+        raise ValueError(f"source must be a table name, got {source!r}")
+    prepare(con)
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {STAGED} AS SELECT * FROM {source}")
+    try:
+        return stage(con)
     finally:
         con.execute(f"DROP VIEW IF EXISTS {STAGED}")

@@ -1,10 +1,10 @@
-"""The single writer: the only code that writes the store (``events`` and its typed copies).
+"""The single writer: the only code that writes the store (the typed tables and ``events_generic``).
 
-Receivers decode a request into an Arrow table and :meth:`Writer.submit` it; they get a future
-that resolves only after the rows are COMMITted (acknowledged = durable). The writer thread merges
-queued batches into INSERTs of up to ``batch_rows`` rows. The event id is the primary key: a batch with a
-resent event is inserted with ``ON CONFLICT DO NOTHING``, so resends are no-ops (counted as duplicates
-skipped). The queue is bounded
+Receivers decode a request into an Arrow table (the ``events`` columns) and :meth:`Writer.submit` it;
+they get a future that resolves only after the rows are COMMITted (acknowledged = durable). The writer
+thread merges queued batches into commits of up to ``batch_rows`` rows. An event whose id is already
+stored is skipped (:func:`fresh_events`), so resends are no-ops (counted as duplicates skipped); the
+rest is stored by :func:`rankecho.echo.store.staging.stage`. The queue is bounded
 in rows: :class:`QueueFullError` tells the receiver to answer "retry later" instead of growing memory.
 
 Usage::
@@ -53,19 +53,10 @@ if TYPE_CHECKING:
     from rankecho.echo.store.retention import PassReport, Retention, RetentionPolicy
 
 log = logging.getLogger(__name__)
-CAREFUL_COMMITS = 20
-"""After a duplicate was seen, this many commits go straight to ON CONFLICT (resends come in runs)."""
 PROBE_EVERY_S = 1.0
 """While commits fail and nothing is queued, how often the writer probes whether the disk takes writes."""
 DATA_ERRORS = (duckdb.ConstraintException, duckdb.ConversionException, duckdb.InvalidInputException)
 """Commit failures caused by the rows themselves (the writer isolates them to one request)."""
-
-
-def insert_sql(columns: list[str], skip_duplicates: bool) -> str:
-    """Columns named explicitly, so a later migration may add columns without breaking the writer."""
-    names = ", ".join(columns)
-    tail = " ON CONFLICT DO NOTHING" if skip_duplicates else ""
-    return f"INSERT INTO events ({names}) SELECT {names} FROM incoming{tail}"
 
 
 class QueueFullError(RuntimeError):
@@ -121,7 +112,6 @@ class Writer:
         self._closing = False
         self._held = False
         self._busy = False
-        self._careful = 0
         self.failed: BaseException | None = None
         """Set when DuckDB reported a fatal error: nothing more can be committed until a restart."""
         self.retention: Retention | None = None
@@ -348,51 +338,67 @@ class Writer:
     def _commit(self, tables: list[pa.Table]) -> int:
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         started = time.perf_counter()
-        self._con.register("incoming", table)
-        try:
-            inserted = None
-            if self._careful:
-                self._careful -= 1
-            else:
-                try:
-                    inserted = self._insert(table, skip_duplicates=False)
-                except duckdb.ConstraintException:  # a resend (or a NOT NULL breach, which fails again below)
-                    self._careful = CAREFUL_COMMITS
-            if inserted is None:
-                inserted = self._insert(table, skip_duplicates=True)
-        finally:
-            self._con.unregister("incoming")
+        inserted = self._insert(table)
         self._stats.committed(table.num_rows, inserted, time.perf_counter() - started)
         return inserted
 
-    def _insert(self, table: pa.Table, skip_duplicates: bool) -> int:
-        """One transaction: the events, then their typed copies for the analysis (:mod:`staging`), so
-        an acknowledged event is in both. A plain INSERT is ~30% cheaper than ON CONFLICT DO NOTHING but
-        fails on any duplicate event id, so the caller retries such a batch with ``skip_duplicates``;
-        then only the ids that INSERT reports as new are staged (a resend is copied nowhere twice)."""
+    def _insert(self, table: pa.Table) -> int:
+        """One transaction: the events new to the store (:func:`fresh_events`), stored by :func:`stage`
+        (typed rows, generic rows), so an acknowledged event is stored whole and a resend nowhere twice."""
         con = self._con
-        columns = table.schema.names
         con.execute("BEGIN TRANSACTION")
+        staged = False
         try:
-            if skip_duplicates:
-                returned = con.execute(insert_sql(columns, True) + " RETURNING event_id").fetchall()
-                fresh = pa.array([r[0] for r in returned], pa.string())
-                inserted = len(fresh)
-                new = table.filter(pc.is_in(table["event_id"], fresh)) if inserted else None
-            else:
-                counted = con.execute(insert_sql(columns, False)).fetchall()  # one row: the count
-                inserted, new = (int(counted[0][0]) if counted else 0), table
-            if new is not None and new.num_rows:
+            new = fresh_events(con, table)
+            if new.num_rows:
                 con.register(STAGED, new)
-                try:
-                    stage(con)
-                finally:
-                    con.unregister(STAGED)
+                staged = True
+                stage(con)
             con.execute("COMMIT")
         except Exception:
-            rollback(con)
+            rollback(con)  # first: a failed transaction refuses even unregistering
             raise
-        return inserted
+        finally:
+            if staged:
+                con.unregister(STAGED)
+        return new.num_rows
+
+
+def fresh_events(con: duckdb.DuckDBPyConnection, table: pa.Table) -> pa.Table:
+    """The rows of ``table`` whose event id is not stored yet, each id once (the first row that has it).
+
+    Producers resend whole requests (a lost acknowledgement, a spool replayed after a restart) with the
+    same ids and times, so a resent event is found among the rows stored in the request's own time range,
+    which the typed tables' and ``events_generic``'s time order lets DuckDB read in a few row groups:
+    no index over every event id (it would live in memory and grow with the store)."""
+    bounds = pc.min_max(table["timestamp_ns"])
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    con.register("incoming", table.select(["event_id", "timestamp_ns"]))
+    stored = con.execute(STORED_IDS, [low, high]).fetchall()
+    con.unregister("incoming")
+    ids = table["event_id"]
+    if stored:
+        keep = pc.invert(pc.is_in(ids, value_set=pa.array([r[0] for r in stored], pa.string())))
+        table = table.filter(keep)
+        ids = table["event_id"]
+    if pc.count_distinct(ids).as_py() < table.num_rows:  # the same event twice in one batch
+        seen: set[str] = set()
+        first = [i for i, v in enumerate(ids.to_pylist()) if not (v in seen or seen.add(v))]  # type: ignore[func-returns-value]
+        table = table.take(pa.array(first, pa.int64()))
+    return table
+
+
+STORED_IDS = """
+SELECT DISTINCT i.event_id FROM incoming i
+WHERE i.event_id IN (
+    SELECT event_id FROM events_generic WHERE timestamp_ns BETWEEN $1 AND $2
+    UNION ALL SELECT event_id FROM collectives WHERE enter_ns BETWEEN $1 AND $2 AND NOT in_generic
+    UNION ALL SELECT event_id FROM host_activity
+              WHERE start_ns BETWEEN $1 AND $2 AND NOT in_generic AND kind <> 'runq'
+)
+"""
+"""Ids of a request already stored (a typed-only event's time is its enter or start:
+typed_events.TIMESTAMP)."""
 
 
 def rollback(con: duckdb.DuckDBPyConnection) -> None:

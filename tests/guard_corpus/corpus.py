@@ -34,7 +34,7 @@ def build_store(path: Path) -> duckdb.DuckDBPyConnection:
     migrate(con)
     con.execute(
         """
-        INSERT INTO events
+        INSERT INTO events_generic
         SELECT printf('ev-%06d', i),
                $start + i * $step,
                $start + i * $step + 1000,

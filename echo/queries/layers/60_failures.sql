@@ -33,7 +33,7 @@ WHERE seq_aligned AND comm_id IS NOT NULL AND seq IS NOT NULL AND rank IS NOT NU
 CREATE OR REPLACE TEMP MACRO rk_exits(start_ns, end_ns, cluster, job := NULL) AS TABLE
 WITH x AS (
     SELECT *, coalesce(json_extract_string(attrs_json, '$."rankecho.job.id"'), '') AS job_id
-    FROM events
+    FROM events_generic  -- process exits are generic events (not typed: echo/store/typed_events.py)
     WHERE metric_name = 'rankecho.process.exit' AND rank IS NOT NULL
       AND (start_ns IS NULL OR timestamp_ns >= start_ns) AND (end_ns IS NULL OR timestamp_ns < end_ns)
       AND (cluster IS NULL OR cluster_id = cluster)

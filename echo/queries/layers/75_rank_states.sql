@@ -17,7 +17,7 @@ WITH s AS (
                '$."rankecho.pre.window_ms"', '$."rankecho.pre.allocator_ms"', '$."rankecho.pre.slow_gpu_ms"',
                '$."rankecho.pre.memcpy_ms"', '$."rankecho.pre.cpu_contention_ms"', '$."rankecho.pre.sleeping_ms"'
            ]) AS a
-    FROM events
+    FROM events_generic  -- rank states are generic events (not typed)
     WHERE metric_name = 'rankecho.rank.state' AND rank IS NOT NULL
       AND (start_ns IS NULL OR timestamp_ns >= start_ns) AND (end_ns IS NULL OR timestamp_ns < end_ns)
       AND (cluster IS NULL OR cluster_id = cluster)

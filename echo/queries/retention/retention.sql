@@ -1,7 +1,7 @@
 -- The writer's retention statements (echo/store/retention.py), run on the writer thread inside its own
 -- transactions: roll collectives up, then delete raw rows below a cutoff, oldest first, in chunks.
--- Each table is cut on its own time column: events.timestamp_ns, collectives.enter_ns,
--- host_activity.start_ns.
+-- Each table is cut on its own time column: events_generic.timestamp_ns, collectives.enter_ns,
+-- host_activity.start_ns (a typed-only event goes with its typed row; `events` is the view over them).
 
 -- name: typed_oldest
 -- The oldest time still stored below $cutoff_ns in the typed copies (NULL: nothing to delete there).
@@ -14,12 +14,12 @@ SELECT (SELECT count(*) FROM collectives WHERE enter_ns < $cutoff_ns)
        + (SELECT count(*) FROM host_activity WHERE start_ns < $cutoff_ns) AS n;
 
 -- name: events_count
--- Rows of events below $cutoff_ns.
-SELECT count(*) AS n FROM events WHERE timestamp_ns < $cutoff_ns;
+-- Rows of events_generic below $cutoff_ns.
+SELECT count(*) AS n FROM events_generic WHERE timestamp_ns < $cutoff_ns;
 
 -- name: events_oldest
--- The oldest event time still stored below $cutoff_ns (NULL: nothing to delete in events).
-SELECT min(timestamp_ns) AS oldest_ns FROM events WHERE timestamp_ns < $cutoff_ns;
+-- The oldest generic event time still stored below $cutoff_ns (NULL: nothing to delete there).
+SELECT min(timestamp_ns) AS oldest_ns FROM events_generic WHERE timestamp_ns < $cutoff_ns;
 
 -- name: raw_range
 -- The oldest and newest event times in `events` (both NULL when it is empty).
@@ -55,7 +55,7 @@ DELETE FROM collectives WHERE enter_ns < $cutoff_ns;
 DELETE FROM host_activity WHERE start_ns < $cutoff_ns;
 
 -- name: delete_events
-DELETE FROM events WHERE timestamp_ns < $cutoff_ns;
+DELETE FROM events_generic WHERE timestamp_ns < $cutoff_ns;
 
 -- name: delete_rollups
 DELETE FROM collective_rollup WHERE minute_ns < $cutoff_ns;

@@ -1,6 +1,9 @@
--- How the writer copies the node agent's events into the typed analysis tables (schema v2).
--- Each statement reads the relation `staged`: the rows of one commit that were new to `events`
--- (the writer registers them), or all of `events` when migration 002 backfills an older store.
+-- How the writer copies the node agent's events into the typed analysis tables (schema v2; v7: the typed
+-- row is the event's only copy when it rebuilds exactly, see echo/store/typed_events.py).
+-- Each statement reads the relation `staged`: the rows of one commit that were new to the store (the
+-- writer registers them), or every stored event when a migration backfills an older store, and writes
+-- the temporary `staging_*` table of its target; the writer then decides per row whether the typed row
+-- is the event's only copy (echo/store/staging.py) and moves the rows into the store.
 -- Attributes are read once per row with a list of JSON paths; a malformed value becomes NULL.
 
 -- name: rk_ms_to_ns
@@ -12,7 +15,7 @@ CREATE OR REPLACE TEMP MACRO rk_ms_to_ns(ms) AS (CAST(round(TRY_CAST(ms AS DOUBL
 -- breakdown when the agent summarised it (pre_*: ms attributes as ns), and the integer keys the
 -- analysis joins on: its stream (one process's calls on one communicator as one agent run numbered
 -- them) and, when the agent saw the communicator created, its instance.
-INSERT INTO collectives BY NAME
+INSERT INTO staging_collectives BY NAME
 SELECT *,
        hash(cluster_id, node_id, pid, process_start_ns, CASE WHEN seq_aligned THEN '' ELSE agent_instance END,
             comm_id) AS stream_key,
@@ -20,7 +23,7 @@ SELECT *,
        hash(cluster_id, node_id) AS node_key,
        hash(cluster_id, node_id, pid, tid) AS thread_key
 FROM (
-SELECT event_id, cluster_id, node_id, rank, nranks,
+SELECT event_id, cluster_id, node_id, rank, nranks, received_ns, value_double,
        TRY_CAST(a[1] AS BIGINT) AS pid,
        TRY_CAST(a[2] AS BIGINT) AS process_start_ns,
        a[3] AS agent_instance,
@@ -90,9 +93,9 @@ FROM (
 -- interval is split: the sleep up to the wakeup, and a 'runq' row for the wait (event_id + '/runq')
 -- that counts as cpu_contention outside CUDA calls; inside a sync it stays uncategorised (the sync
 -- counts it) but lets the GPU rule take out the part of a long sync that was the CPU's fault.
-INSERT INTO host_activity BY NAME
+INSERT INTO staging_host_activity BY NAME
 WITH parsed AS (
-SELECT event_id, cluster_id, node_id, rank,
+SELECT event_id, cluster_id, node_id, rank, nranks, received_ns, value_double,
        TRY_CAST(a[1] AS BIGINT) AS pid,
        TRY_CAST(a[2] AS BIGINT) AS process_start_ns,
        TRY_CAST(a[3] AS BIGINT) AS tid,
@@ -114,14 +117,16 @@ SELECT event_id, cluster_id, node_id, rank,
                                   greatest(coalesce(value_double, 0), 0)) * 1e6) AS BIGINT)
             ELSE 0 END AS runq_ns,
        coalesce(a[9], '') AS job_id,
-       a[10] AS stack_id
+       a[10] AS stack_id,
+       TRY_CAST(a[8] AS DOUBLE) AS runq_ms,
+       TRY_CAST(a[11] AS BIGINT) AS bytes
 FROM (
     SELECT *,
            json_extract_string(attrs_json, [
                '$."process.pid"', '$."rankecho.process.start_ns"', '$."thread.id"',
                '$."rankecho.cuda.call"', '$."rankecho.call_in_flight"', '$."rankecho.sched.state"',
                '$."rankecho.sched.preempted_by"', '$."rankecho.sched.runq_ms"', '$."rankecho.job.id"',
-               '$."rankecho.stack.id"'
+               '$."rankecho.stack.id"', '$."rankecho.bytes"'
            ]) AS a
     FROM staged
     WHERE metric_name IN ('rankecho.cuda.sync', 'rankecho.cuda.malloc', 'rankecho.cuda.free',
@@ -136,8 +141,8 @@ pieces AS (  -- the interval (less its run-queue wait when split) and the wait a
            'runq' AS kind, end_ns - runq_ns AS start_ns, end_ns
     FROM parsed WHERE runq_ns > 0
 )
-SELECT event_id, cluster_id, node_id, rank, pid, process_start_ns, tid, kind, cuda_call, state, preempted_by,
-       start_ns, end_ns, causal_chain_id, job_id, stack_id,
+SELECT event_id, cluster_id, node_id, rank, nranks, received_ns, value_double, pid, process_start_ns, tid,
+       kind, cuda_call, state, preempted_by, start_ns, end_ns, causal_chain_id, job_id, stack_id, runq_ms, bytes,
        hash(cluster_id, node_id, pid, tid) AS thread_key, start_ns // 1000000000 AS start_bucket,
        CASE WHEN kind IN ('malloc', 'free') THEN 'allocator'
             WHEN kind = 'sync' THEN 'slow_gpu'
