@@ -1,10 +1,10 @@
-"""Fleet benchmark: today's Echo under the agent's event mix (``rankecho stress --shape agent``), the
-baseline issue 20's redesign is measured against.
+"""Fleet benchmark: Echo under the agent's event mix (``rankecho stress --shape agent``).
 
 1. **Store cost**: one job of ``--ranks`` ranks at ``--step-ms`` sent with ``--speed max`` into a fresh
    ``rankecho serve``: events per rank per step (stored rows / rank-steps), ingest acknowledged after
    commit (points/s), and after Echo stopped and a CHECKPOINT, bytes on disk per rank-step: the file,
-   and per table (each table copied alone into a fresh file: with its key and indexes, and data only).
+   and per table (each table copied alone into a fresh file: with its key and indexes, and data only);
+   side by side, the same events stored in schema v6's layout (:func:`previous_layout_bytes`).
 2. **Real-time capacity**: for 1 s and 90 ms steps, jobs of growing N on the job's clock, each
    ``--probe-s`` long into a fresh Echo: the largest N whose last window was acknowledged within
    ``LAG_LIMIT_S`` of the job's clock with nothing lost, and where it stopped holding (lag, Echo's CPU,
@@ -28,6 +28,8 @@ from typing import Any
 import duckdb
 
 from bench.ingest import cpu_seconds, writer_busy_s
+from rankecho.echo.store.migrate import migrate
+from rankecho.echo.store.staging import backfill
 from rankecho.launch.echo import EchoProcess
 from rankecho.launch.stress import StressProcess
 
@@ -129,6 +131,7 @@ def store_cost(tmp: Path, ranks: int, step_ms: float, seconds: float) -> dict[st
     rank_steps = ranks * result["steps"]
     file_bytes = db.stat().st_size
     tables = table_bytes(db, tmp)
+    before = previous_layout_bytes(db, tmp / "v6-layout.db")
     return {
         "ranks": ranks,
         "step_ms": step_ms,
@@ -148,7 +151,27 @@ def store_cost(tmp: Path, ranks: int, step_ms: float, seconds: float) -> dict[st
         "tables_bytes_per_rank_step": {
             name: {k: round(v / rank_steps, 1) for k, v in sizes.items()} for name, sizes in tables.items()
         },
+        "previous_layout_bytes_per_rank_step": round(before / rank_steps, 1),
     }
+
+
+def previous_layout_bytes(db: Path, copy: Path) -> int:
+    """The same events stored as schema v6 stored them, side by side: every event as a JSON row of the
+    seed's shape under a VARCHAR primary key and its two indexes, plus the typed copies of the agent's
+    (what an upgraded store keeps for its old events). File bytes after CHECKPOINT."""
+    with duckdb.connect(str(copy), config={"threads": 1}) as con:
+        migrate(con)
+        con.execute(f"ATTACH '{db}' AS src (READ_ONLY)")
+        con.execute("CREATE TEMP TABLE sent AS SELECT * FROM src.main.events")
+        con.execute("DETACH src")
+        con.execute("INSERT INTO events_generic SELECT * FROM sent")
+        con.execute("CREATE UNIQUE INDEX events_pk ON events_generic (event_id)")
+        con.execute("CREATE INDEX events_cluster_time ON events_generic (cluster_id, timestamp_ns)")
+        con.execute("CREATE INDEX events_node_time ON events_generic (node_id, timestamp_ns)")
+        backfill(con, "sent")
+        con.execute("DROP TABLE sent")
+        con.execute("CHECKPOINT")
+    return copy.stat().st_size
 
 
 def _share(x: float | None) -> str:
@@ -242,6 +265,13 @@ def run(argv: list[str]) -> dict[str, Any]:
             f"ingest {cost['ingest_points_per_s']:,.0f} points/s acked (Echo {cost['echo_cores']} cores, "
             f"writer committing {_share(cost['writer_busy'])}, generator busy {cost['gen_share']:.0%}), "
             f"lost {cost['lost']}",
+            flush=True,
+        )
+        before = cost["previous_layout_bytes_per_rank_step"]
+        ratio = cost["bytes_per_rank_step"] / max(before, 1e-9)
+        print(
+            f"    side by side: the same events in the v6 layout (JSON rows under a key, plus typed copies) "
+            f"{before:,.0f} B per rank-step; this layout x{ratio:.2f}",
             flush=True,
         )
         for name, b in cost["tables_bytes_per_rank_step"].items():

@@ -64,7 +64,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--run-id",
         default="r0",
-        help="part of every event id: the same run id resends the same events (stored once)",
+        help="part of every event id: the same run id and --start-ns resend the same events (stored once)",
     )
     p.add_argument("--start-ns", type=int, help="timestamp of each producer's first event (default: now)")
     p.add_argument(

@@ -46,7 +46,7 @@ def test_refuses_writes_and_multiple_statements(filled: Echo, sql: str) -> None:
 def test_read_only_transaction_stops_writes_even_past_the_check(filled: Echo) -> None:
     unchecked = Reader(filled.reader._con, check=lambda sql: sql)
     with pytest.raises(QueryError, match="read-only"):
-        unchecked.query("DELETE FROM events")
+        unchecked.query("DELETE FROM events_generic")
     assert filled.reader.query("SELECT count(*) FROM events").rows == [(2000,)]
 
 

@@ -175,7 +175,9 @@ def test_the_binding_layer_alone_refuses_the_qualified_shadow() -> None:
 def test_the_binders_catalog_holds_only_the_allowed_relations() -> None:
     con = binder(POLICY)
     tables = {name for (name,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-    assert tables == set(POLICY.relations)
+    listed = con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()
+    views = {name for (name,) in listed}
+    assert tables | views == set(POLICY.relations) and views == {"events"}
     assert con.execute("SELECT count(*) FROM duckdb_sequences()").fetchone() == (0,)
 
 

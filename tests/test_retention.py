@@ -36,7 +36,9 @@ from rankecho.shared.otlp import Point, metrics_request
 
 HOUR_NS = 3600 * NS
 RAW = (("events", "timestamp_ns"), ("collectives", "enter_ns"), ("host_activity", "start_ns"))
-"""Each raw table and the time column retention cuts it on."""
+"""Each raw relation (``events``: the view over the stored rows) and the time column retention cuts it on."""
+STORED = (("events_generic", "timestamp_ns"), ("collectives", "enter_ns"), ("host_activity", "start_ns"))
+"""The tables that hold them."""
 ROLLUP_OF_RAW = """
 SELECT cluster_id, node_id, rank, comm_id, (enter_ns // 60000000000) * 60000000000 AS minute_ns,
        count(*), count(complete_ns), sum(complete_ns - enter_ns), max(complete_ns - enter_ns), sum(bytes),
@@ -115,6 +117,9 @@ def test_a_pass_rolls_up_then_deletes_old_rows_and_keeps_young_ones(tmp_path: Pa
         expected = rows(echo, ROLLUP_OF_RAW.format(cutoff=now - 2 * HOUR_NS))
         young_sql = "SELECT * FROM {table} WHERE {column} >= {young} ORDER BY ALL"
         young_before = {t: rows(echo, young_sql.format(table=t, column=col, young=young)) for t, col in RAW}
+        # rows stored for the old job: an event rebuilt exactly by its typed row is that row alone, one
+        # that is not (the intervals here lack rankecho.enter_ns) is also a row of events_generic
+        stored_old = sum(count(echo, t, col, young)[0] for t, col in STORED)
         report = echo.writer.retention_pass().result(timeout=120)
         cutoff = report.raw_cutoff_ns
         assert cutoff is not None and now - 2 * HOUR_NS <= cutoff <= time.time_ns() - 2 * HOUR_NS
@@ -128,9 +133,9 @@ def test_a_pass_rolls_up_then_deletes_old_rows_and_keeps_young_ones(tmp_path: Pa
         assert report.rollup_rows_written == len(expected) and report.rows_deleted > 0
         state = rows(echo, "SELECT retention_s, raw_cutoff_ns, raw_rows_deleted, last_rows_deleted "
                            "FROM retention_state")  # fmt: skip
-        assert state == [(2 * 3600.0, cutoff, 2 * sent_old, 2 * sent_old)]  # each event and its typed copy
+        assert state == [(2 * 3600.0, cutoff, stored_old, stored_old)] and stored_old > sent_old
         metrics = httpx.get(f"http://{echo.http_address}/metrics", timeout=30).text
-        assert f"rankecho_echo_retention_rows_deleted_total {2 * sent_old}\n" in metrics
+        assert f"rankecho_echo_retention_rows_deleted_total {stored_old}\n" in metrics
         assert f"rankecho_echo_retention_raw_cutoff_seconds {cutoff / NS:g}\n" in metrics
     with Echo(local_settings(path)) as echo:  # reopened, retention off now: everything still there
         assert rows(echo, MERGED_ROLLUP) == expected
@@ -257,10 +262,12 @@ def test_a_failing_pass_is_reported_and_the_writer_goes_on(tmp_path: Path) -> No
 def fill(con: duckdb.DuckDBPyConnection, start_ns: int, n: int, every_ns: int) -> None:
     """``n`` events and collectives, one every ``every_ns`` from ``start_ns`` (SQL: fast, realistic size);
     the collectives of 8 ranks on 2 communicators, so a minute rolls up into at most 16 rows."""
-    con.execute("""INSERT INTO events_generic (event_id, timestamp_ns, received_ns, signal, cluster_id,
+    typed = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'events_generic'").fetchall()
+    events = "events_generic" if typed == [(1,)] else "events"  # a store before v7: events is the table
+    con.execute(f"""INSERT INTO {events} (event_id, timestamp_ns, received_ns, signal, cluster_id,
                        node_id, metric_name, rank, attrs_json)
                    SELECT md5(i::VARCHAR)[:16], $s + i * $e, 0, 'metric', 'c1', 'node-' || (i % 16),
-                          'rankecho.nccl.collective', i % 128, '{"comm": "' || (i % 7) || '"}'
+                          'rankecho.nccl.collective', i % 128, '{{"comm": "' || (i % 7) || '"}}'
                    FROM range($n) t(i)""", {"s": start_ns, "e": every_ns, "n": n})  # fmt: skip
     con.execute("""INSERT INTO collectives (event_id, cluster_id, node_id, rank, comm_id, seq, bytes,
                        enter_ns, complete_ns)

@@ -160,8 +160,8 @@ def test_echo_workers_read_a_snapshot_that_follows_ingest(tmp_path: Path) -> Non
         newest = max(copies, key=lambda p: int(p.stem.split("-")[1]))  # what the last query read: pruned
         with duckdb.connect(str(newest), read_only=True) as con:
             tables = con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()
-        assert tables == [("collective_rollup",), ("collectives",), ("events",), ("host_activity",),
-                          ("retention_state",), ("stacks",)]  # fmt: skip
+        assert tables == [("attr_sets",), ("collective_rollup",), ("collectives",), ("events_generic",),
+                          ("host_activity",), ("retention_state",), ("stacks",)]  # fmt: skip
     assert not (tmp_path / "echo.db.analysis").exists()
 
 
@@ -243,12 +243,14 @@ def unguarded(store: Path) -> Iterator[Sandbox]:
 
 def test_the_workers_catalog_holds_only_the_allowed_relations(unguarded: Sandbox, store: Path) -> None:
     tables = unguarded.query("SELECT database_name, schema_name, table_name FROM duckdb_tables() ORDER BY 3")
-    allowed = ("collective_rollup", "collectives", "events", "host_activity", "retention_state", "stacks")
+    allowed = ("attr_sets", "collective_rollup", "collectives", "events_generic", "host_activity",
+               "retention_state", "stacks")  # and the view `events` over them
     assert tables.rows == [("store", "main", name) for name in allowed]
     databases = unguarded.query("SELECT database_name FROM duckdb_databases() WHERE NOT internal ORDER BY 1")
     assert databases.rows == [("memory",), ("store",)]
+    views = unguarded.query("SELECT database_name, view_name FROM duckdb_views() WHERE NOT internal")
+    assert views.rows == [("store", "events")]
     for objects in (
-        "duckdb_views() WHERE NOT internal",
         "duckdb_sequences()",
         "duckdb_indexes() WHERE table_name NOT IN ('events', 'collectives', 'host_activity')",
         "duckdb_tables() WHERE database_name = 'memory'",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import duckdb
@@ -51,11 +52,15 @@ def test_full_queue_is_retried_until_every_event_lands_once(tmp_path: Path, clie
 
 
 def test_rerun_with_the_same_run_id_is_stored_once_and_a_new_run_id_adds_events(tmp_path: Path) -> None:
+    """A resend is the same events: the same ids at the same times (``--start-ns``); Echo finds them
+    among the events stored in the request's time range."""
     db = tmp_path / "rerun.db"
+    start = str(time.time_ns() - 60 * 10**9)
     with EchoProcess(db, token=TOKEN) as echo:
         summaries = [
             StressProcess(
-                echo.otlp_grpc, TOKEN, "c", "n", producers=2, events=250, extra=("--run-id", run_id)
+                echo.otlp_grpc, TOKEN, "c", "n", producers=2, events=250,
+                extra=("--run-id", run_id, "--start-ns", start),
             )
             .start()
             .finish()

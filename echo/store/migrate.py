@@ -109,6 +109,15 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
 
 def _finish(con: duckdb.DuckDBPyConnection) -> None:
     """On a current store: the ``events`` view as this release builds it (its SQL is generated from the
-    typed field lists, which a release may change), and this connection's staging tables."""
-    con.execute(events_view_sql())
+    typed field lists, which a release may change), and this connection's staging tables. The view is
+    replaced only when it differs (compared with a temporary twin as DuckDB stores it): replacing it
+    writes to the store, which must not be needed to open a store whose disk is full."""
+    probe = events_view_sql().replace("VIEW events AS", "TEMP VIEW rk_events_probe AS", 1)
+    con.execute(probe)
+    stored = con.execute("SELECT view_name, sql FROM duckdb_views() WHERE view_name IN ('events', "
+                         "'rk_events_probe') ORDER BY view_name").fetchall()  # fmt: skip
+    con.execute("DROP VIEW rk_events_probe")
+    body = {name: sql.split(" AS ", 1)[1] for name, sql in stored}
+    if body.get("events") != body["rk_events_probe"]:
+        con.execute(events_view_sql())
     prepare(con)

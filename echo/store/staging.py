@@ -25,10 +25,12 @@ from rankecho.echo.store.typed_events import (
     EVENT_COLUMNS,
     EVENT_ROWS,
     FIELDS,
+    HOST_KINDS,
     exact_sql,
     sent_sql,
     strip_patch,
 )
+from rankecho.shared import contract as c
 
 STAGED = "staged"
 """The relation every staging statement reads: the rows new to the store in this commit."""
@@ -43,12 +45,29 @@ def prepare(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE OR REPLACE TEMP TABLE staging_{table} AS FROM {table} LIMIT 0")
 
 
-def _extract(con: duckdb.DuckDBPyConnection) -> None:
-    for table in TYPED:  # temporary tables belong to a connection: a writer's cursor makes its own
-        con.execute(f"CREATE TEMP TABLE IF NOT EXISTS staging_{table} AS FROM {table} LIMIT 0")
-        con.execute(f"DELETE FROM staging_{table}")
-    for statement in STAGING.values():
+READS: dict[str, frozenset[str]] = {
+    "stage_collectives": frozenset({c.M_COLLECTIVE}),
+    "stage_host_activity": frozenset(HOST_KINDS.values()),
+    "stage_stacks": frozenset({c.M_STACK}),
+}
+"""The metrics each staging statement copies: a commit without any of them skips the statement (planning
+one costs milliseconds; most commits of a busy store hold every kind, a quiet one's few)."""
+TABLE_OF = {"stage_collectives": "collectives", "stage_host_activity": "host_activity"}
+
+
+def _extract(con: duckdb.DuckDBPyConnection, metrics: frozenset[str] | None) -> list[str]:
+    """Run the staging statements the commit's metrics need; returns the typed tables they filled."""
+    filled = []
+    for name, statement in STAGING.items():
+        if metrics is not None and name in READS and not READS[name] & metrics:
+            continue
+        table = TABLE_OF.get(name)
+        if table is not None:  # temporary tables belong to a connection: a writer's cursor makes its own
+            con.execute(f"CREATE TEMP TABLE IF NOT EXISTS staging_{table} AS FROM {table} LIMIT 0")
+            con.execute(f"DELETE FROM staging_{table}")
+            filled.append(table)
         con.execute(statement.sql)
+    return filled
 
 
 def _event_of(table: str, alias: str) -> str:
@@ -59,19 +78,29 @@ def _event_of(table: str, alias: str) -> str:
     return f"{alias}.event_id"
 
 
-def stage(con: duckdb.DuckDBPyConnection) -> int:
+def stage(
+    con: duckdb.DuckDBPyConnection, metrics: frozenset[str] | None = None, with_rest: bool = False
+) -> int:
     """Store the rows of ``staged`` (the caller registered them and owns the transaction); returns how
-    many events were kept only in typed tables."""
-    _extract(con)
-    for table in TYPED:  # which events the typed rows rebuild exactly, and their leftover attributes
+    many events were kept only in typed tables. ``metrics``: the metric names the rows hold, when the
+    caller knows them (None: any). ``with_rest``: ``staged`` has the ``rest_json`` column ingest
+    computes (:data:`REST_COLUMN`); without it the leftover attributes are computed here."""
+    typed = _extract(con, metrics)
+    columns = ", ".join(EVENT_COLUMNS)
+    if not typed:
+        con.execute(f"INSERT INTO events_generic ({columns}) SELECT {columns} FROM {STAGED}")
+        return 0
+    for table in typed:  # which events the typed rows rebuild exactly, and their leftover attributes
+        patch = strip_patch(table)
+        rest = "sent_rest" if with_rest else f"CAST(json_merge_patch(sent_attrs, '{patch}') AS VARCHAR)"
         con.execute(
             f"CREATE OR REPLACE TEMP TABLE exact_{table} AS "
-            f"SELECT t.event_id, json_merge_patch(sent_attrs, '{strip_patch(table)}') AS rest "
+            f"SELECT t.event_id, {rest} AS rest "
             f"FROM (SELECT * FROM staging_{table} WHERE {EVENT_ROWS[table]}) t "
-            f"JOIN ({sent_sql(table, STAGED)}) s ON s.sent_id = t.event_id "
+            f"JOIN ({sent_sql(table, STAGED, with_rest)}) s ON s.sent_id = t.event_id "
             f"WHERE sent_attrs IS NOT NULL AND {exact_sql(table)}"
         )
-    rests = " UNION ".join(f"SELECT DISTINCT rest FROM exact_{table}" for table in TYPED)
+    rests = " UNION ".join(f"SELECT DISTINCT rest FROM exact_{table}" for table in typed)
     con.execute(
         "INSERT INTO attr_sets "
         "SELECT (SELECT coalesce(max(attrs_id), 0) FROM attr_sets) + row_number() OVER (), hash(rest), rest "
@@ -79,7 +108,7 @@ def stage(con: duckdb.DuckDBPyConnection) -> int:
         "WHERE NOT EXISTS "
         "(SELECT 1 FROM attr_sets a WHERE a.attrs_hash = hash(n.rest) AND a.attrs_json = n.rest)"
     )
-    for table in TYPED:
+    for table in typed:
         con.execute(
             f"INSERT INTO {table} BY NAME "
             f"SELECT t.* REPLACE (x.event_id IS NULL AS in_generic, a.attrs_id AS attrs_id) "
@@ -87,13 +116,12 @@ def stage(con: duckdb.DuckDBPyConnection) -> int:
             f"LEFT JOIN exact_{table} x ON x.event_id = {_event_of(table, 't')} "
             f"LEFT JOIN attr_sets a ON a.attrs_hash = hash(x.rest) AND a.attrs_json = x.rest"
         )
-    typed_only = " UNION ALL ".join(f"SELECT event_id FROM exact_{table}" for table in TYPED)
-    columns = ", ".join(EVENT_COLUMNS)
+    typed_only = " UNION ALL ".join(f"SELECT event_id FROM exact_{table}" for table in typed)
     con.execute(
         f"INSERT INTO events_generic ({columns}) SELECT {columns} FROM {STAGED} "
         f"WHERE event_id NOT IN ({typed_only})"
     )
-    counted = " + ".join(f"(SELECT count(*) FROM exact_{table})" for table in TYPED)
+    counted = " + ".join(f"(SELECT count(*) FROM exact_{table})" for table in typed)
     return int(con.execute(f"SELECT {counted}").fetchall()[0][0])
 
 
@@ -105,8 +133,7 @@ def backfill(con: duckdb.DuckDBPyConnection, source: str = "events") -> None:
     prepare(con)
     con.execute(f"CREATE OR REPLACE TEMP VIEW {STAGED} AS SELECT * FROM {source}")
     try:
-        _extract(con)
-        for table in TYPED:
+        for table in _extract(con, None):
             con.execute(
                 f"INSERT INTO {table} BY NAME SELECT * REPLACE (true AS in_generic) FROM staging_{table}"
             )

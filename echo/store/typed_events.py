@@ -110,6 +110,19 @@ EVENT_ROWS: dict[str, str] = {"collectives": "true", "host_activity": "kind <> '
 """Typed rows that are an event (host_activity's 'runq' rows are a second piece of an off-CPU event)."""
 
 
+TABLE_OF_METRIC: dict[str, str] = {
+    c.M_COLLECTIVE: "collectives", **{metric: "host_activity" for metric in HOST_KINDS.values()}
+}
+"""The typed table an agent metric is staged into."""
+STRIP_KEYS: dict[str, frozenset[str]] = {
+    table: frozenset(f.key for f in fields) for table, fields in FIELDS.items()
+}
+"""The attribute keys a typed table holds in columns."""
+REST_COLUMN = "rest_json"
+"""A decoded batch's column with each typed-table event's attributes less :data:`STRIP_KEYS` (ingest
+computes it; a table of the ``events`` shape without it gets it from ``json_merge_patch``)."""
+
+
 def _quoted(key: str) -> str:
     return "'" + key.replace("'", "''") + "'"
 
@@ -139,10 +152,12 @@ SENT = (
 """The event as sent, under names no typed column has, for :func:`exact_sql`."""
 
 
-def sent_sql(table: str, source: str) -> str:
-    """Select from ``source`` (rows of the events shape) what :func:`exact_sql` compares, per event."""
+def sent_sql(table: str, source: str, with_rest: bool = False) -> str:
+    """Select from ``source`` (rows of the events shape) what :func:`exact_sql` compares, per event, and
+    its ``rest_json`` as ``sent_rest`` when it has one."""
     paths = "[" + ", ".join(_path(f.key) for f in FIELDS[table]) + "]"
-    return SENT.format(paths=paths, source=source)
+    sql = SENT.format(paths=paths, source=source)
+    return sql.replace(" FROM ", f", {REST_COLUMN} AS sent_rest FROM ", 1) if with_rest else sql
 
 
 def exact_sql(table: str) -> str:

@@ -48,6 +48,7 @@ from rankecho.echo.store.condition import (
     store_caused,
 )
 from rankecho.echo.store.staging import STAGED, stage
+from rankecho.echo.store.typed_events import REST_COLUMN
 
 if TYPE_CHECKING:
     from rankecho.echo.store.retention import PassReport, Retention, RetentionPolicy
@@ -353,7 +354,8 @@ class Writer:
             if new.num_rows:
                 con.register(STAGED, new)
                 staged = True
-                stage(con)
+                metrics = frozenset(pc.unique(new["metric_name"]).to_pylist())
+                stage(con, metrics, with_rest=REST_COLUMN in new.schema.names)
             con.execute("COMMIT")
         except Exception:
             rollback(con)  # first: a failed transaction refuses even unregistering

@@ -1,0 +1,142 @@
+"""Schema v7: each event stored once. The agent's collectives and raw intervals live only in the typed
+tables, and the ``events`` view rebuilds every event exactly as it was decoded; resends store nothing
+twice without an index over every event id; an event the typed columns cannot reproduce keeps its row."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import inproc_echo
+from echo_helpers import TEST_TOKEN, grpc_export, rows
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+from rankecho.echo.app import Echo
+from rankecho.echo.ingest.metrics import decode_metrics
+from rankecho.echo.ingest.rows import ARROW_SCHEMA, AttrResolver, RowBatch
+from rankecho.echo.store.typed_events import TABLE_OF_METRIC
+from rankecho.shared import contract as c
+from rankecho.shared.otlp import Point, metrics_request
+from rankecho.stress.shape import AgentShape, NodeModel, plant
+
+STEP_NS = 100_000_000
+
+
+def agent_requests(ranks: int = 16, steps: int = 12) -> list[ExportMetricsServiceRequest]:
+    """What the node agents of a ``ranks``-rank job send over ``steps`` steps (their own tracker and
+    encoder: stress.shape), with a planted straggler, one request per node flush."""
+    start = time.time_ns() - 3600 * 10**9
+    shape = AgentShape("fleet", "gpu", ranks=ranks, step_ns=STEP_NS, start_ns=start, gpus=True,
+                       planted=plant(ranks, 1, STEP_NS, every=3))  # fmt: skip
+    nodes = [NodeModel(shape, n) for n in range(shape.nodes)]
+    requests = []
+    for node in nodes:
+        node.start(start)
+    for k in range(steps):
+        t = start + k * STEP_NS
+        for node in nodes:
+            node.step(k, t)
+            node.window(t)
+            body, _ = node.flush()
+            requests.append(ExportMetricsServiceRequest.FromString(body))
+    return requests
+
+
+def decoded(requests: list[ExportMetricsServiceRequest]) -> dict[str, tuple[Any, ...]]:
+    """The rows Echo's decoder makes of ``requests`` (what the store must give back), by event id."""
+    out = {}
+    resolver = AttrResolver(max_attributes=128)
+    for request in requests:
+        batch = RowBatch()
+        decode_metrics(request, resolver, batch)
+        for row in batch.to_arrow().select(ARROW_SCHEMA.names).to_pylist():
+            out[row["event_id"]] = tuple(row[name] for name in ARROW_SCHEMA.names if name != "received_ns")
+    return out
+
+
+def stored(echo: Echo) -> dict[str, tuple[Any, ...]]:
+    names = [name for name in ARROW_SCHEMA.names if name != "received_ns"]
+    return {row[0]: tuple(row) for row in rows(echo, f"SELECT {', '.join(names)} FROM events")}
+
+
+def same(sent: tuple[Any, ...], back: tuple[Any, ...]) -> bool:
+    """Equal columns, and equal attribute objects (the view may order keys differently)."""
+    return sent[:-1] == back[:-1] and json.loads(sent[-1]) == json.loads(back[-1])
+
+
+@pytest.fixture(scope="module")
+def requests() -> list[ExportMetricsServiceRequest]:
+    return agent_requests()
+
+
+def test_the_agents_events_are_stored_once_typed_and_the_view_rebuilds_them(
+    requests: list[ExportMetricsServiceRequest], echo_inproc: Echo
+) -> None:
+    for request in requests:
+        grpc_export(echo_inproc.grpc_address, request, TEST_TOKEN)
+    sent = decoded(requests)
+    back = stored(echo_inproc)
+    assert back.keys() == sent.keys()
+    wrong = [key for key in sent if not same(sent[key], back[key])]
+    assert wrong == [], f"{len(wrong)} events changed, e.g. {sent[wrong[0]]} -> {back[wrong[0]]}"
+    # every collective and raw interval is kept only in its typed table ...
+    typed = sum(1 for row in sent.values() if row[5] in TABLE_OF_METRIC)
+    assert typed > len(sent) / 2
+    only_typed = rows(
+        echo_inproc,
+        "SELECT (SELECT count(*) FROM collectives WHERE NOT in_generic)"
+        " + (SELECT count(*) FROM host_activity WHERE NOT in_generic AND kind <> 'runq')",
+    )
+    assert only_typed == [(typed,)]
+    generic = rows(echo_inproc, "SELECT count(*) FROM events_generic WHERE metric_name IN "
+                   f"({', '.join(repr(m) for m in TABLE_OF_METRIC)})")  # fmt: skip
+    assert generic == [(0,)]
+    # ... and what the typed columns do not hold is stored once per process and thread, not per event
+    ((sets,),) = rows(echo_inproc, "SELECT count(*) FROM attr_sets")
+    assert 0 < sets <= 16 * 8  # 16 ranks, a few threads and a few collective shapes each
+    assert sets * 20 < typed
+
+
+def test_a_resend_stores_nothing_and_counts_the_skips(
+    requests: list[ExportMetricsServiceRequest], echo_inproc: Echo
+) -> None:
+    half = requests[: len(requests) // 2]
+    for request in half:
+        grpc_export(echo_inproc.grpc_address, request, TEST_TOKEN)
+    before = echo_inproc.stats.snapshot().duplicates
+    for request in [*half, *requests]:  # the first half twice more, then everything
+        grpc_export(echo_inproc.grpc_address, request, TEST_TOKEN)
+    ((count, distinct),) = rows(echo_inproc, "SELECT count(*), count(DISTINCT event_id) FROM events")
+    assert count == distinct == len(decoded(requests))
+    sent_again = sum(len(decoded([r])) for r in half) * 2
+    assert echo_inproc.stats.snapshot().duplicates - before == sent_again
+
+
+def test_an_event_the_typed_columns_cannot_reproduce_keeps_its_row(tmp_path: Path) -> None:
+    """A seq sent as text, an in_group sent as false (the typed column's default), a collective without
+    its enter attribute: each is analysed from its typed row, and stored as sent."""
+    resource = {c.CLUSTER_NAME: "c1", c.NODE_NAME: "node-a", c.RANK: 0, c.NRANKS: 2, c.PROCESS_PID: 7}
+    t0 = time.time_ns() - 10**9
+
+    def point(event_id: str, seq: Any, **extra: Any) -> Point:
+        attrs = {c.OP: "ncclAllReduce", c.COMM_ID: "ab", c.SEQ: seq, c.SEQ_ALIGNED: True,
+                 c.ENTER_NS: t0, c.RETURN_NS: t0 + 5, c.CAUSAL_CHAIN_ID: f"ab:{seq}", c.EVENT_ID: event_id,
+                 **extra}  # fmt: skip
+        return Point(c.M_COLLECTIVE, t0, 1.5, {k: v for k, v in attrs.items() if v is not None})
+
+    points = [point("exact", 1), point("text-seq", "2"), point("explicit-false", 3, **{c.IN_GROUP: False}),
+              point("no-enter", 4, **{c.ENTER_NS: None})]  # fmt: skip
+    with inproc_echo(tmp_path / "odd.db") as echo:
+        grpc_export(echo.grpc_address, metrics_request(resource, points), TEST_TOKEN)
+        flags = dict(rows(echo, "SELECT event_id, in_generic FROM collectives"))
+        assert flags == {"exact": False, "text-seq": True, "explicit-false": True, "no-enter": True}
+        generic = {r[0] for r in rows(echo, "SELECT event_id FROM events_generic")}
+        assert generic == {"text-seq", "explicit-false", "no-enter"}
+        back = dict(rows(echo, "SELECT event_id, attrs_json FROM events"))
+    assert json.loads(back["text-seq"])[c.SEQ] == "2"
+    assert json.loads(back["explicit-false"])[c.IN_GROUP] is False
+    assert c.ENTER_NS not in json.loads(back["no-enter"])
+    assert json.loads(back["exact"])[c.SEQ] == 1 and c.IN_GROUP not in json.loads(back["exact"])
