@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rankecho.echo.mcp.causes import CATEGORIES, CAUSE_TEXT, next_step
-from rankecho.echo.mcp.coverage import no_data_message
+from rankecho.echo.mcp.coverage import held_back, held_back_note, no_data_message
 from rankecho.echo.mcp.entries import cost_fields, episode_fields
 from rankecho.echo.mcp.links import find_links
 from rankecho.echo.mcp.links import who as link_who
@@ -103,6 +103,7 @@ class Diagnosis:
         )  # slow links (echo/mcp/links.py)
         stragglers += [s for s in links_found if s.pop("significant")]  # after ranks and nodes: order holds
         noise += [s for s in links_found if s not in stragglers]
+        held_back(self._inv, w, cluster_id, job, clusters)  # streams left out until they can be aligned
         for cluster in clusters.values():
             named = [s for s in stragglers if s["cluster_id"] == cluster["cluster_id"]]
             cluster["verdict"] = (
@@ -111,7 +112,7 @@ class Diagnosis:
                 if named
                 else f"no straggler (noise: lateness sigma {cluster['noise']['sigma_ms']} ms, "
                 f"threshold {cluster['noise']['threshold_ms']} ms)"
-            )
+            ) + held_back_note(cluster)
         return {
             "window": w.describe(),
             "job_id": job,
