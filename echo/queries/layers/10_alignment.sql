@@ -125,17 +125,16 @@ pairs AS MATERIALIZED (  -- every same-shaped call of a reference stream within 
      AND r.complete_ns BETWEEN s.complete_ns - t.pair_window_ns AND s.complete_ns + t.pair_window_ns
 ),
 fits AS (
-    SELECT stream, ref_stream, ref_comm, ref_aligned, shift, count(*) AS n, median(d) AS offset_ns,
-           count(DISTINCT complete_ns) AS steps
+    SELECT stream, ref_stream, ref_comm, ref_aligned, shift, count(*) AS n, median(d) AS offset_ns
     FROM pairs GROUP BY ALL
 ),
 scored AS (
-    SELECT f.stream, f.ref_stream, f.ref_comm, f.ref_aligned, f.shift, f.n, f.steps, f.offset_ns,
+    SELECT f.stream, f.ref_stream, f.ref_comm, f.ref_aligned, f.shift, f.n, f.offset_ns,
            avg(abs(p.d - f.offset_ns)) AS fit_ns
     FROM fits f JOIN pairs p USING (stream, ref_stream, shift)
     GROUP BY ALL
 ),
-eligible AS (  -- fits over at least min_share of the stream's sample, within max_fit_ns
+eligible AS MATERIALIZED (  -- fits over at least min_share of the stream's sample, within max_fit_ns
     SELECT s.* FROM scored s JOIN sample_size z USING (stream) CROSS JOIN rk_alignment_tuning() t
     WHERE s.n >= t.min_share * z.size AND s.fit_ns <= t.max_fit_ns
 ),
@@ -162,16 +161,22 @@ rival AS (  -- another shift of the chosen reference that the evidence does not 
       AND abs(e.offset_ns) < abs(c.offset_ns) + t.offset_margin_ns
     ORDER BY c.stream, abs(e.offset_ns), e.fit_ns
 ),
-judged AS (  -- the chosen fit with its evidence, and why it is refused (NULL: accepted)
-    SELECT c.*, v.rival_shift, v.rival_fit_ns, v.rival_offset_ns,
-           CASE WHEN c.steps < t.min_steps
-                THEN format('{} steps paired, {} needed', c.steps, t.min_steps)
+chosen_steps AS (  -- the steps (completion groups) the chosen fit paired: counted for it alone
+    SELECT p.stream, count(DISTINCT p.complete_ns) AS steps
+    FROM pairs p SEMI JOIN chosen c ON c.stream = p.stream AND c.ref_stream = p.ref_stream AND c.shift = p.shift
+    GROUP BY p.stream
+),
+judged AS MATERIALIZED (  -- the chosen fit with its evidence, and why it is refused (NULL: accepted)
+    SELECT c.*, z.steps, v.rival_shift, v.rival_fit_ns, v.rival_offset_ns,
+           CASE WHEN z.steps < t.min_steps
+                THEN format('{} steps paired, {} needed', z.steps, t.min_steps)
                 WHEN v.rival_shift IS NOT NULL
                 THEN format('ambiguous: shift {} fits about as well as {} (fit {} vs {} ms, clock offset {} vs {} ms)',
                             v.rival_shift, c.shift, round(v.rival_fit_ns / 1e6, 3), round(c.fit_ns / 1e6, 3),
                             round(v.rival_offset_ns / 1e6, 1), round(c.offset_ns / 1e6, 1))
            END AS refused
-    FROM chosen c LEFT JOIN rival v USING (stream) CROSS JOIN rk_alignment_tuning() t
+    FROM chosen c JOIN chosen_steps z USING (stream) LEFT JOIN rival v USING (stream)
+    CROSS JOIN rk_alignment_tuning() t
 ),
 best AS (SELECT * FROM judged WHERE refused IS NULL),
 own_comm AS (  -- an unaligned stream of a process whose earlier agent run knew a communicator of the same
