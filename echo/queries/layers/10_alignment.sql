@@ -36,12 +36,14 @@ CASE WHEN complete_ns IS DISTINCT FROM prev_complete_ns THEN seq END;
 -- sample_calls completed calls with the same-shaped calls of a reference stream within pair_window_ns;
 -- a shift is eligible when it pairs at least min_share of that sample and its completions then differ
 -- from the reference's by a constant within max_fit_ns (mean deviation). Fits within tie_ratio x the best
--- + tie_ns are about as good: the smallest clock offset decides among them. A shift is accepted only with
--- evidence: min_steps completion groups (steps) paired, and a clear margin over the best other shift of
--- the same reference, either by fit (its fit_ns >= margin_ratio x the chosen + margin_ns) or, when the
--- clock offset decided, by offset (|its offset| >= |the chosen| + offset_margin_ns): with a few steps
--- some wrong shift always fits about as well (the healthy-long-steps CI failure: 5 steps, realigned one
--- step off, node-a named late). A stream refused so is held back ('held_back') until more data arrives.
+-- + tie_ns are about as good: the smallest clock offset decides among them. A shift is accepted only on
+-- evidence: min_steps completion groups (steps) paired, and no other shift of the same reference left
+-- standing, i.e. none that fits within margin_ratio x the chosen fit + margin_ns and whose clock offset
+-- is less than offset_margin_ns larger: with a few steps some wrong shift among the dozens in the pair
+-- window always fits about as well (the healthy-long-steps CI failure: 5 steps seen, realigned one step
+-- off, node-a named late). On the stored runs of the scenario set every realigned stream still passes
+-- with twice these margins. A stream refused so is held back ('held_back') until more data arrives;
+-- an anchor (an unaligned reference) needs more than min_steps steps.
 CREATE OR REPLACE TEMP MACRO rk_alignment_tuning() AS TABLE
 SELECT 256 AS sample_calls, CAST(5000000000 AS BIGINT) AS pair_window_ns, 0.5 AS min_share,
        2000000 AS max_fit_ns, 1.5 AS tie_ratio, 50000 AS tie_ns, 8 AS min_steps, 2.0 AS margin_ratio,
@@ -55,8 +57,8 @@ SELECT 256 AS sample_calls, CAST(5000000000 AS BIGINT) AS pair_window_ns, 0.5 AS
 -- communicator, steps counted from what was observed), 'held_back' (a fit or anchor without enough
 -- evidence, see rk_alignment_tuning: comm_key NULL, held_reason says why, left out of cross-rank
 -- comparisons and never a reference until more data arrives), 'unmatched' (no reference fits: comm_key
--- NULL, left out). fit_steps: the steps the fit paired; rival_*: the best other shift of the same
--- reference. Streams whose agent saw the communicator created are 'aligned' as they are and not listed;
+-- NULL, left out). fit_*: the chosen fit (steps it paired, its clock offset); rival_*: the other shift
+-- that left it ambiguous, if that is why it was held back. Streams whose agent saw the communicator created are 'aligned' as they are and not listed;
 -- only clusters with unaligned streams pay for the fitting.
 CREATE OR REPLACE TEMP MACRO rk_stream_placement(start_ns, end_ns, cluster, job := NULL) AS TABLE
 WITH fitting AS (  -- clusters with a stream to fit; the rest (usually all) cost one scan of a flag
