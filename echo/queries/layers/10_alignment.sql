@@ -255,7 +255,7 @@ WHERE NOT r.seq_aligned AND p.comm_key IS NOT NULL;
 CREATE OR REPLACE TEMP MACRO rk_stream_alignment(start_ns, end_ns, cluster, job := NULL) AS TABLE
 SELECT s.cluster_id, s.node_id, s.rank, s.stream, s.comm_id,
        coalesce(p.comm_key, CASE WHEN s.seq_aligned THEN s.comm_id END) AS comm_key,
-       CASE WHEN p.comm_key IS NOT NULL OR s.seq_aligned THEN coalesce(p.shift, 0) END AS shift,
+       CASE WHEN p.method IS DISTINCT FROM 'held_back' THEN coalesce(p.shift, 0) END AS shift,
        coalesce(p.method, CASE WHEN s.seq_aligned THEN 'aligned' ELSE 'unmatched' END) AS alignment,
        p.held_reason, p.fit_ns, p.fit_calls, p.fit_steps, p.fit_offset_ns, p.rival_shift, p.rival_fit_ns,
        p.rival_offset_ns, s.calls
