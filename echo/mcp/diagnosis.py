@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rankecho.echo.mcp.causes import CATEGORIES, CAUSE_TEXT, next_step
-from rankecho.echo.mcp.coverage import no_data_message
+from rankecho.echo.mcp.coverage import held_back, held_back_note, no_data_message
+from rankecho.echo.mcp.entries import cost_fields, episode_fields
 from rankecho.echo.mcp.links import find_links
 from rankecho.echo.mcp.links import who as link_who
 from rankecho.echo.mcp.sanitize import MAX_ITEMS
@@ -102,6 +103,7 @@ class Diagnosis:
         )  # slow links (echo/mcp/links.py)
         stragglers += [s for s in links_found if s.pop("significant")]  # after ranks and nodes: order holds
         noise += [s for s in links_found if s not in stragglers]
+        held_back(self._inv, w, cluster_id, job, clusters)  # streams left out until they can be aligned
         for cluster in clusters.values():
             named = [s for s in stragglers if s["cluster_id"] == cluster["cluster_id"]]
             cluster["verdict"] = (
@@ -110,7 +112,7 @@ class Diagnosis:
                 if named
                 else f"no straggler (noise: lateness sigma {cluster['noise']['sigma_ms']} ms, "
                 f"threshold {cluster['noise']['threshold_ms']} ms)"
-            )
+            ) + held_back_note(cluster)
         return {
             "window": w.describe(),
             "job_id": job,
@@ -294,12 +296,6 @@ def _cluster(row: dict[str, Any]) -> dict[str, Any]:
 def _straggler(
     row: dict[str, Any], cluster: dict[str, Any], rate: float | None, currency: str
 ) -> dict[str, Any]:
-    episodes = row["episode_list"] or []
-    for e in episodes:
-        e["time"] = iso(e["timestamp_ns"])
-    window_s = (row["window_ms"] or 0.0) / 1000.0
-    imposed = row["imposed_gpu_s"] or 0.0
-    cost = imposed / 3600.0 * (rate or 0.0)
     entry = {
         "cluster_id": row["cluster_id"],
         "kind": row["kind"],
@@ -307,13 +303,7 @@ def _straggler(
         "rank": row["rank"],
         "ranks": row["ranks"],
         "side": row["side"],
-        "episodes": episodes,
-        "episodes_total": row["episodes"],
-        "share_of_steps": _round(row["share"], 4),
-        "late_ms": {"median": _round(row["median_late_ms"]), "p95": _round(row["p95_late_ms"]),
-                    "max": _round(row["max_late_ms"])},
-        "period": {"steps": row["period"], "confidence": _round(row["period_confidence"], 3)}
-        if row["period"] is not None and (row["period_confidence"] or 0) >= 0.5 else None,
+    } | episode_fields(row) | {
         "cause": {
             "class": row["cause"],
             "counts": row["causes"] or {},
@@ -321,13 +311,12 @@ def _straggler(
             "stack": None,  # filled by find_stragglers from the agents' call stacks (docs/stacks.md)
             "leading_frames": None,
         },
-        "imposed_gpu_s": _round(imposed),
-        "cost": {"currency": currency, "rate_per_gpu_hour": rate, "cost": round(cost, 6),
-                 "cost_per_day": round(cost * 86400 / window_s, 6) if window_s > 0 else None},
+    } | cost_fields(row, row["window_ms"], rate, currency) | {
         "what_if": {"step_ms_actual": _round(row["step_ms_actual"]),
                     "step_ms_if_on_time": _round(row["step_ms_if_on_time"]),
                     "slowdown": _round(row["slowdown"], 4)},
     }  # fmt: skip
+    episodes = entry["episodes"]
     latest = episodes[-1] if episodes else {}
     entry["next_step"] = next_step(
         row["cause"], row["kind"], row["node_id"],

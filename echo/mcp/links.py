@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rankecho.echo.mcp.windows import Window, iso
+from rankecho.echo.mcp.entries import cost_fields, episode_fields
+from rankecho.echo.mcp.windows import Window
 
 if TYPE_CHECKING:
     from rankecho.echo.mcp.tools import Investigation
@@ -49,12 +50,6 @@ def link_entry(
 ) -> dict[str, Any]:
     """One slow link, with the fields every find_stragglers entry has (``episodes``, ``late_ms`` = the
     extra transfer time per slow step, ``imposed_gpu_s`` and ``cost``) and a ``link`` section."""
-    episodes = row["episode_list"] or []
-    for e in episodes:
-        e["time"] = iso(e["timestamp_ns"])
-    imposed = row["imposed_gpu_s"] or 0.0
-    cost = imposed / 3600.0 * (rate or 0.0)
-    window_s = (cluster.get("window_ms") or 0.0) / 1000.0
     entry: dict[str, Any] = {
         "cluster_id": row["cluster_id"],
         "kind": "link",
@@ -62,18 +57,10 @@ def link_entry(
         "rank": None,
         "ranks": row["ranks"] or [],
         "side": "link",
-        "episodes": episodes,
-        "episodes_total": row["episodes"],
-        "share_of_steps": _round(row["share"], 4),
-        "late_ms": {"median": _round(row["median_late_ms"]), "p95": _round(row["p95_late_ms"]),
-                    "max": _round(row["max_late_ms"])},
-        "period": {"steps": row["period"], "confidence": _round(row["period_confidence"], 3)}
-        if row["period"] is not None and (row["period_confidence"] or 0) >= 0.5 else None,
+    } | episode_fields(row) | {
         "cause": {"class": "slow_link", "counts": row["causes"] or {}, "evidence_ms": None, "stack": None,
                   "leading_frames": None},
-        "imposed_gpu_s": _round(imposed),
-        "cost": {"currency": currency, "rate_per_gpu_hour": rate, "cost": round(cost, 6),
-                 "cost_per_day": round(cost * 86400 / window_s, 6) if window_s > 0 else None},
+    } | cost_fields(row, cluster.get("window_ms"), rate, currency) | {
         "what_if": {"step_ms_actual": None, "step_ms_if_on_time": None, "slowdown": None},
         "link": {"inter_node": row["inter_node"], "communicators": row["communicators"] or [],
                  "transfer_ms": _round(row["transfer_ms"]),

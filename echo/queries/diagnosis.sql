@@ -23,12 +23,22 @@ LIMIT $max_rows;
 
 -- name: stream_alignment
 -- Per (cluster, how streams were placed on the common numbering): streams and calls. Anything but
--- 'aligned' means an agent attached mid-run or restarted; 'unmatched' streams are left out.
+-- 'aligned' means an agent attached mid-run or restarted; 'unmatched' and 'held_back' streams are left out.
 SELECT cluster_id, alignment, count(*) AS streams, sum(calls) AS calls,
        list(DISTINCT node_id ORDER BY node_id) AS nodes, max(fit_ns) / 1e6 AS worst_fit_ms
 FROM rk_stream_alignment($start_ns, $end_ns, NULL, job := $job_id)
 GROUP BY ALL
 ORDER BY cluster_id, alignment
+LIMIT $max_rows;
+
+-- name: held_back_streams
+-- The streams of agents that attached mid-run or restarted that the alignment held back (too few steps,
+-- or another shift fits about as well: rk_alignment_tuning): left out of every cross-rank comparison
+-- until more data arrives. Per stream: where, the steps observed and why.
+SELECT cluster_id, node_id, rank, comm_id, stream_steps AS steps, held_reason AS reason
+FROM rk_stream_placement($start_ns, $end_ns, $cluster_id, job := $job_id)
+WHERE method = 'held_back'
+ORDER BY cluster_id, node_id, rank, comm_id
 LIMIT $max_rows;
 
 -- name: locate_call

@@ -31,14 +31,35 @@ WHERE op IN ('ncclAllReduce', 'ncclAllGather', 'ncclReduceScatter', 'ncclBroadca
 CREATE OR REPLACE TEMP MACRO rk_group_position(complete_ns, prev_complete_ns, seq) AS
 CASE WHEN complete_ns IS DISTINCT FROM prev_complete_ns THEN seq END;
 
+-- name: rk_alignment_tuning
+-- Every number the realignment is tuned by, in one place. A fit pairs each of an unaligned stream's first
+-- sample_calls completed calls with the same-shaped calls of a reference stream within pair_window_ns;
+-- a shift is eligible when it pairs at least min_share of that sample and its completions then differ
+-- from the reference's by a constant within max_fit_ns (mean deviation). Fits within tie_ratio x the best
+-- + tie_ns are about as good: the smallest clock offset decides among them. A shift is accepted only on
+-- evidence: min_steps completion groups (steps) paired, and no other shift of the same reference left
+-- standing, i.e. none that fits within margin_ratio x the chosen fit + margin_ns and whose clock offset
+-- is less than offset_margin_ns larger: with a few steps some wrong shift among the dozens in the pair
+-- window always fits about as well (the healthy-long-steps CI failure: 5 steps seen, realigned one step
+-- off, node-a named late). On the stored runs of the scenario set every realigned stream still passes
+-- with twice these margins. A stream refused so is held back ('held_back') until more data arrives;
+-- an anchor (an unaligned reference) needs more than min_steps steps.
+CREATE OR REPLACE TEMP MACRO rk_alignment_tuning() AS TABLE
+SELECT 256 AS sample_calls, CAST(5000000000 AS BIGINT) AS pair_window_ns, 0.5 AS min_share,
+       2000000 AS max_fit_ns, 1.5 AS tie_ratio, 50000 AS tie_ns, 8 AS min_steps, 2.0 AS margin_ratio,
+       200000 AS margin_ns, 2000000 AS offset_margin_ns;
+
 -- name: rk_stream_placement
 -- One row per stream an agent numbered on its own (attached mid-run or restarted): the communicator
 -- key and sequence shift that put it on the cluster's common numbering, and how (method): 'realigned'
 -- (fitted to a reference stream; fit_ns is the fit's mean deviation: a right shift leaves only
 -- completion noise), 'anchor' (no aligned stream matches: it becomes the reference of its
--- communicator, steps counted from what was observed), 'unmatched' (no reference fits: comm_key NULL,
--- left out of cross-rank comparisons). Streams whose agent saw the communicator created are 'aligned'
--- as they are and not listed; only clusters with unaligned streams pay for the fitting.
+-- communicator, steps counted from what was observed), 'held_back' (a fit or anchor without enough
+-- evidence, see rk_alignment_tuning: comm_key NULL, held_reason says why, left out of cross-rank
+-- comparisons and never a reference until more data arrives), 'unmatched' (no reference fits: comm_key
+-- NULL, left out). fit_*: the chosen fit (steps it paired, its clock offset); rival_*: the other shift
+-- that left it ambiguous, if that is why it was held back. Streams whose agent saw the communicator created are 'aligned' as they are and not listed;
+-- only clusters with unaligned streams pay for the fitting.
 CREATE OR REPLACE TEMP MACRO rk_stream_placement(start_ns, end_ns, cluster, job := NULL) AS TABLE
 WITH fitting AS (  -- clusters with a stream to fit; the rest (usually all) cost one scan of a flag
     SELECT DISTINCT cluster_id FROM rk_collective_rows(start_ns, end_ns, cluster, job := job) WHERE NOT seq_aligned
@@ -47,25 +68,25 @@ base AS MATERIALIZED (
     SELECT r.* FROM rk_collective_rows(start_ns, end_ns, cluster, job := job) r SEMI JOIN fitting USING (cluster_id)
 ),
 streams AS MATERIALIZED (  -- where something must be fitted: each stream's process and the shape of its
-    -- calls (most common op and size)
+    -- calls (most common op and size), and its steps (completion groups: calls one sync completed)
     SELECT cluster_id, stream, any_value(comm_id) AS comm_id, bool_and(seq_aligned) AS seq_aligned,
            count(*) AS stream_rows, min(rank) AS rank, any_value(node_id) AS node_id, any_value(pid) AS pid,
            any_value(process_start_ns) AS started, mode(op) AS op, mode(bytes) AS bytes,
-           min(complete_ns) AS first_complete
+           min(complete_ns) AS first_complete, count(DISTINCT complete_ns) AS stream_steps
     FROM base
     GROUP BY cluster_id, stream
 ),
 refs AS MATERIALIZED (
     -- references (only where something must be fitted): the longest stream of each aligned
-    -- communicator and shape, and one anchor per shape among the unaligned streams (an unaligned id
-    -- says nothing across processes: the agent numbers communicators in the order each process
-    -- happened to use them after it attached)
+    -- communicator and shape, and one anchor per shape among the unaligned streams long enough to be
+    -- one (an unaligned id says nothing across processes: the agent numbers communicators in the order
+    -- each process happened to use them after it attached)
     (SELECT DISTINCT ON (cluster_id, comm_id, op, bytes) cluster_id, comm_id, seq_aligned, stream AS ref_stream
      FROM streams WHERE seq_aligned
      ORDER BY cluster_id, comm_id, op, bytes, stream_rows DESC, rank, stream)
     UNION ALL
     (SELECT DISTINCT ON (cluster_id, op, bytes) cluster_id, comm_id, seq_aligned, stream AS ref_stream
-     FROM streams WHERE NOT seq_aligned
+     FROM streams CROSS JOIN rk_alignment_tuning() t WHERE NOT seq_aligned AND stream_steps > t.min_steps
      ORDER BY cluster_id, op, bytes, stream_rows DESC, rank, stream)
 ),
 fit_rows AS MATERIALIZED (  -- the rows the fit reads: unaligned streams and references, with pos
@@ -78,30 +99,32 @@ fit_rows AS MATERIALIZED (  -- the rows the fit reads: unaligned streams and ref
         WHERE b.stream IN (SELECT stream FROM streams WHERE NOT seq_aligned UNION SELECT ref_stream FROM refs)
     )
 ),
-sample AS MATERIALIZED (  -- up to 256 completed calls per unaligned stream, after its first (partial) step
+sample AS MATERIALIZED (  -- the first completed calls of each unaligned stream, after its first (partial) step
     SELECT * FROM (
         SELECT f.*, row_number() OVER (PARTITION BY f.stream ORDER BY f.seq) AS nth
         FROM fit_rows f JOIN streams s USING (stream)
         WHERE NOT f.seq_aligned AND f.complete_ns > s.first_complete)
-    WHERE nth <= 256
+    WHERE nth <= (SELECT sample_calls FROM rk_alignment_tuning())
 ),
 sample_size AS (SELECT stream, count(*) AS size FROM sample GROUP BY stream),
-span AS (SELECT cluster_id, min(complete_ns) - 5000000000 AS lo, max(complete_ns) + 5000000000 AS hi
-         FROM sample GROUP BY cluster_id),
+span AS (SELECT s.cluster_id, min(s.complete_ns) - any_value(t.pair_window_ns) AS lo,
+                max(s.complete_ns) + any_value(t.pair_window_ns) AS hi
+         FROM sample s CROSS JOIN rk_alignment_tuning() t GROUP BY s.cluster_id),
 ref_rows AS MATERIALIZED (
     SELECT r.cluster_id, r.stream, r.op, r.bytes, r.pos, r.seq, r.complete_ns, f.comm_id, f.seq_aligned
     FROM fit_rows r
     JOIN refs f ON f.ref_stream = r.stream
     JOIN span s ON s.cluster_id = r.cluster_id AND r.complete_ns BETWEEN s.lo AND s.hi
 ),
-pairs AS MATERIALIZED (  -- every same-shaped call of a reference stream within 5 s: (shift, offset)
+pairs AS MATERIALIZED (  -- every same-shaped call of a reference stream within the pair window: (shift, offset)
     SELECT s.stream, r.stream AS ref_stream, r.comm_id AS ref_comm, r.seq_aligned AS ref_aligned,
-           r.seq - s.seq AS shift, s.complete_ns - r.complete_ns AS d
+           r.seq - s.seq AS shift, s.complete_ns - r.complete_ns AS d, s.complete_ns
     FROM sample s
+    CROSS JOIN rk_alignment_tuning() t
     JOIN ref_rows r
       ON r.cluster_id = s.cluster_id AND r.stream <> s.stream AND r.op = s.op
      AND r.bytes IS NOT DISTINCT FROM s.bytes AND r.pos = s.pos
-     AND r.complete_ns BETWEEN s.complete_ns - 5000000000 AND s.complete_ns + 5000000000
+     AND r.complete_ns BETWEEN s.complete_ns - t.pair_window_ns AND s.complete_ns + t.pair_window_ns
 ),
 fits AS (
     SELECT stream, ref_stream, ref_comm, ref_aligned, shift, count(*) AS n, median(d) AS offset_ns
@@ -113,20 +136,51 @@ scored AS (
     FROM fits f JOIN pairs p USING (stream, ref_stream, shift)
     GROUP BY ALL
 ),
-eligible AS (  -- fits over at least half the stream's sample, within 2 ms
-    SELECT s.* FROM scored s JOIN sample_size z USING (stream)
-    WHERE s.n >= 0.5 * z.size AND s.fit_ns <= 2000000
+eligible AS MATERIALIZED (  -- fits over at least min_share of the stream's sample, within max_fit_ns
+    SELECT s.* FROM scored s JOIN sample_size z USING (stream) CROSS JOIN rk_alignment_tuning() t
+    WHERE s.n >= t.min_share * z.size AND s.fit_ns <= t.max_fit_ns
 ),
-best AS (  -- per unaligned stream: among eligible fits about as good as its best one, an aligned reference
-    -- first, then the smallest clock offset: a timeline so regular that k steps later looks the same
-    -- leaves a shift of k steps and an offset of k step times indistinguishable, and real clocks are far
-    -- closer than a step apart
+chosen AS (  -- per unaligned stream: among eligible fits about as good as its best one, an aligned
+    -- reference first, then the smallest clock offset: a timeline so regular that k steps later looks
+    -- the same leaves a shift of k steps and an offset of k step times indistinguishable, and real clocks
+    -- are far closer than a step apart
     SELECT DISTINCT ON (e.stream) e.*
     FROM eligible e
     JOIN (SELECT stream, min(fit_ns) AS best_fit FROM eligible GROUP BY stream) m USING (stream)
-    WHERE e.fit_ns <= 1.5 * m.best_fit + 50000
+    CROSS JOIN rk_alignment_tuning() t
+    WHERE e.fit_ns <= t.tie_ratio * m.best_fit + t.tie_ns
     ORDER BY e.stream, e.ref_aligned DESC, abs(e.offset_ns), e.fit_ns
 ),
+rival AS (  -- another shift of the chosen reference that the evidence does not rule out: it fits within
+    -- margin_ratio x + margin_ns of the chosen and its clock offset is not offset_margin_ns larger (the
+    -- closest such in offset); with few steps, some shift of the dozens in the pair window always is
+    SELECT DISTINCT ON (c.stream) c.stream, e.shift AS rival_shift, e.fit_ns AS rival_fit_ns,
+           e.offset_ns AS rival_offset_ns
+    FROM chosen c
+    CROSS JOIN rk_alignment_tuning() t
+    JOIN eligible e ON e.stream = c.stream AND e.ref_stream = c.ref_stream AND e.shift <> c.shift
+    WHERE e.fit_ns < t.margin_ratio * c.fit_ns + t.margin_ns
+      AND abs(e.offset_ns) < abs(c.offset_ns) + t.offset_margin_ns
+    ORDER BY c.stream, abs(e.offset_ns), e.fit_ns
+),
+chosen_steps AS (  -- the steps (completion groups) the chosen fit paired: counted for it alone
+    SELECT p.stream, count(DISTINCT p.complete_ns) AS steps
+    FROM pairs p SEMI JOIN chosen c ON c.stream = p.stream AND c.ref_stream = p.ref_stream AND c.shift = p.shift
+    GROUP BY p.stream
+),
+judged AS MATERIALIZED (  -- the chosen fit with its evidence, and why it is refused (NULL: accepted)
+    SELECT c.*, z.steps, v.rival_shift, v.rival_fit_ns, v.rival_offset_ns,
+           CASE WHEN z.steps < t.min_steps
+                THEN format('{} steps paired, {} needed', z.steps, t.min_steps)
+                WHEN v.rival_shift IS NOT NULL
+                THEN format('ambiguous: shift {} fits about as well as {} (fit {} vs {} ms, clock offset {} vs {} ms)',
+                            v.rival_shift, c.shift, round(v.rival_fit_ns / 1e6, 3), round(c.fit_ns / 1e6, 3),
+                            round(v.rival_offset_ns / 1e6, 1), round(c.offset_ns / 1e6, 1))
+           END AS refused
+    FROM chosen c JOIN chosen_steps z USING (stream) LEFT JOIN rival v USING (stream)
+    CROSS JOIN rk_alignment_tuning() t
+),
+best AS (SELECT * FROM judged WHERE refused IS NULL),
 own_comm AS (  -- an unaligned stream of a process whose earlier agent run knew a communicator of the same
     -- shape (the agent restarted): that is the communicator, even when the fit found a sibling of it
     SELECT u.stream, min(a.comm_id) AS comm_id
@@ -135,31 +189,47 @@ own_comm AS (  -- an unaligned stream of a process whose earlier agent run knew 
      AND a.op = u.op AND a.bytes IS NOT DISTINCT FROM u.bytes AND a.seq_aligned AND NOT u.seq_aligned
     GROUP BY u.stream
 ),
-ref_of AS (  -- an anchor maps to its own aligned fit if it has one, else to itself
-    SELECT f.ref_stream, f.comm_id, coalesce(b.ref_comm, f.comm_id) AS comm_key, coalesce(b.shift, 0) AS shift
-    FROM refs f LEFT JOIN best b ON b.stream = f.ref_stream AND b.ref_aligned
+ref_of AS (  -- an anchor maps to its own aligned fit if it has one, else to itself; an anchor whose
+    -- aligned fit was refused is no reference (comm_key NULL): its communicator exists aligned
+    SELECT f.ref_stream, f.comm_id,
+           CASE WHEN b.stream IS NOT NULL THEN b.ref_comm WHEN j.stream IS NULL THEN f.comm_id END AS comm_key,
+           coalesce(b.shift, 0) AS shift, j.refused
+    FROM refs f
+    LEFT JOIN best b ON b.stream = f.ref_stream AND b.ref_aligned
+    LEFT JOIN judged j ON j.stream = f.ref_stream AND j.ref_aligned
+    WHERE NOT f.seq_aligned
 ),
-placed AS MATERIALIZED (
-    SELECT t.stream,
-           CASE WHEN t.seq_aligned THEN t.comm_id
-                WHEN b.ref_aligned THEN coalesce(h.comm_id, b.ref_comm)
+placed AS MATERIALIZED (  -- b: the accepted fit, j: the chosen one (accepted or not), o: the anchor it
+    -- was fitted to (or the stream itself when it is one)
+    SELECT t.stream, t.cluster_id, t.node_id, t.rank, t.comm_id, t.stream_steps,
+           CASE WHEN b.ref_aligned THEN coalesce(h.comm_id, b.ref_comm)
                 WHEN b.stream IS NOT NULL THEN o.comm_key
-                WHEN o.ref_stream IS NOT NULL THEN o.comm_key END AS comm_key,
-           CASE WHEN t.seq_aligned THEN 0
-                WHEN b.ref_aligned THEN b.shift
+                WHEN j.stream IS NULL THEN o.comm_key END AS comm_key,
+           CASE WHEN b.ref_aligned THEN b.shift
                 WHEN b.stream IS NOT NULL THEN b.shift + o.shift
-                WHEN o.ref_stream IS NOT NULL THEN o.shift END AS shift,
-           CASE WHEN t.seq_aligned THEN 'aligned'
-                WHEN b.stream IS NOT NULL THEN 'realigned'
+                WHEN j.stream IS NULL THEN o.shift END AS shift,
+           CASE WHEN b.stream IS NOT NULL AND (b.ref_aligned OR o.comm_key IS NOT NULL) THEN 'realigned'
+                WHEN b.stream IS NOT NULL OR j.stream IS NOT NULL THEN 'held_back'
                 WHEN o.ref_stream IS NOT NULL THEN 'anchor'
+                WHEN t.stream_steps <= k.min_steps THEN 'held_back'
                 ELSE 'unmatched' END AS method,
-           b.fit_ns, b.n AS fit_calls, b.offset_ns AS fit_offset_ns
+           CASE WHEN b.stream IS NOT NULL AND NOT b.ref_aligned AND o.comm_key IS NULL
+                THEN 'fitted to a stream that is held back (' || o.refused || ')'
+                WHEN b.stream IS NULL AND j.stream IS NOT NULL THEN j.refused
+                WHEN j.stream IS NULL AND o.ref_stream IS NULL AND t.stream_steps <= k.min_steps
+                THEN format('{} steps observed, more than {} needed', t.stream_steps, k.min_steps)
+           END AS held_reason,
+           j.fit_ns, j.n AS fit_calls, j.steps AS fit_steps, j.offset_ns AS fit_offset_ns,
+           j.rival_shift, j.rival_fit_ns, j.rival_offset_ns
     FROM streams t
+    CROSS JOIN rk_alignment_tuning() k
     LEFT JOIN best b ON b.stream = t.stream
-    LEFT JOIN ref_of o ON o.ref_stream = coalesce(b.ref_stream, t.stream)
+    LEFT JOIN judged j ON j.stream = t.stream
+    LEFT JOIN ref_of o ON o.ref_stream = coalesce(j.ref_stream, t.stream)
     LEFT JOIN own_comm h ON h.stream = t.stream
+    WHERE NOT t.seq_aligned
 )
-SELECT * FROM placed WHERE method <> 'aligned';
+SELECT * FROM placed;
 
 -- name: rk_aligned_rows
 -- The window's collective rows on the cluster's common numbering: comm_key and seq_g (= seq + shift,
@@ -180,13 +250,15 @@ WHERE NOT r.seq_aligned AND p.comm_key IS NOT NULL;
 
 -- name: rk_stream_alignment
 -- One row per stream (one process's calls on one communicator, as one agent run numbered them): how it
--- was placed on the common numbering ('aligned' or as rk_stream_placement says) and its calls in the
--- window.
+-- was placed on the common numbering ('aligned' or as rk_stream_placement says, with held_reason for a
+-- stream held back), the fit's evidence and its calls in the window.
 CREATE OR REPLACE TEMP MACRO rk_stream_alignment(start_ns, end_ns, cluster, job := NULL) AS TABLE
 SELECT s.cluster_id, s.node_id, s.rank, s.stream, s.comm_id,
-       coalesce(p.comm_key, CASE WHEN s.seq_aligned THEN s.comm_id END) AS comm_key, coalesce(p.shift, 0) AS shift,
+       coalesce(p.comm_key, CASE WHEN s.seq_aligned THEN s.comm_id END) AS comm_key,
+       CASE WHEN p.method IS DISTINCT FROM 'held_back' THEN coalesce(p.shift, 0) END AS shift,
        coalesce(p.method, CASE WHEN s.seq_aligned THEN 'aligned' ELSE 'unmatched' END) AS alignment,
-       p.fit_ns, p.fit_calls, p.fit_offset_ns, s.calls
+       p.held_reason, p.fit_ns, p.fit_calls, p.fit_steps, p.fit_offset_ns, p.rival_shift, p.rival_fit_ns,
+       p.rival_offset_ns, s.calls
 FROM (SELECT cluster_id, stream, any_value(node_id) AS node_id, min(rank) AS rank, any_value(comm_id) AS comm_id,
              bool_and(seq_aligned) AS seq_aligned, count(*) AS calls
       FROM rk_collective_rows(start_ns, end_ns, cluster, job := job) GROUP BY cluster_id, stream) s
