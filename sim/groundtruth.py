@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rankecho.sim.faultsites import FAULT_SITES, fault_frame, fault_function
-from rankecho.sim.scenario import Scenario
+from rankecho.sim.scenario import FAILURE_KINDS, Fault, Scenario
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,18 @@ def failures(logs: dict[int, RankLog]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda e: (e["step"], e["rank"]))
 
 
+def fired_steps(scenario: Scenario, fault: Fault, logs: dict[int, RankLog]) -> list[int]:
+    """The steps ``fault`` really fired at, from its ranks' logs: a delay's scheduled steps where one of them
+    logged its kind as a cause, a slow_link's where one logged its factor, a failure's logged step."""
+    struck = scenario.fault_ranks(fault)
+    if fault.kind in FAILURE_KINDS:
+        return sorted({s for r in struck for kind, s, _ in logs[r].failures if kind == fault.kind})
+    if fault.kind == "slow_link":
+        return sorted({s for r in struck for s, fac in logs[r].links.items() if max(fac) >= fault.factor})
+    logged = {rec.step for r in struck for rec in logs[r].steps if fault.kind in (k for k, _ in rec.causes)}
+    return [s for s in fault.fire_steps(scenario.steps) if s in logged]
+
+
 BUS_GBPS, LAT_US = 80.0, 20.0
 """The fake libnccl's default bus bandwidth and per-collective latency (sim/src/simint.h)."""
 
@@ -162,7 +174,7 @@ def slow_links(scenario: Scenario, logs: dict[int, RankLog]) -> list[dict[str, A
         if f.kind != "slow_link":
             continue
         struck = set(scenario.fault_ranks(f))
-        steps = sorted({s for r in struck for s, fac in logs[r].links.items() if max(fac) >= f.factor})
+        steps = fired_steps(scenario, f, logs)
         slowed = []
         for c in comms:
             spans = len({node_of[m] for m in c["members"]}) > 1
@@ -290,6 +302,9 @@ def build_ground_truth(
                 "ms": f.ms,
                 "every": f.every,
                 "start_step": f.start_step,
+                "end_step": f.end_step,
+                "steps": list(f.steps) or None,
+                "fired_steps": fired_steps(scenario, f, logs),
                 "jitter": f.jitter,
                 **site(f.kind),
                 **({"status": f.status} if f.kind == "crash" else {}),

@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TextIO
 FAULT_KINDS = ("host_compute", "dataloader_stall", "cpu_contention", "slow_gpu", "alloc_stall", "hang",
                "crash", "desync")  # fmt: skip
 ONCE = ("hang", "crash", "desync")
-ALLOC_CACHE, MAX_FAULTS, MAX_SPLITS = 8, 16, 4
+ALLOC_CACHE, MAX_FAULTS, MAX_SPLITS, MAX_FAULT_STEPS = 8, 16, 4, 64
 BF16, SUM, H2D = 9, 0, 1
 PR_SET_NAME, PR_SET_PDEATHSIG = 15, 1
 M64 = (1 << 64) - 1
@@ -92,11 +92,24 @@ def spin_until(deadline_ns: int) -> None:
 
 class Fault:
     def __init__(self, spec: str) -> None:
-        kind, ms, every, start, jitter = spec.split(":")
+        kind, ms, every, start, jitter, *schedule = spec.split(":")
         self.kind, self.ms, self.jitter = kind, float(ms), float(jitter)
         self.every, self.start = int(every), int(start)
+        self.end = int(schedule[0]) if schedule else -1  # simrank_faults.c's schedule tail
+        self.steps = [int(s) for s in schedule[1].split(",")] if len(schedule) > 1 else []
         if kind not in FAULT_KINDS or self.ms < 0 or self.every < 1 or self.start < 0 or self.jitter < 0:
             raise ValueError(spec)
+        bad_steps = len(self.steps) > MAX_FAULT_STEPS or min([*self.steps, 0]) < 0
+        if len(schedule) > 2 or self.end < -1 or bad_steps:
+            raise ValueError(spec)
+
+    def scheduled(self, step: int) -> bool:
+        """simrank_faults.c's fault_scheduled: the listed steps, else start, start + every, ... up to end."""
+        if self.steps:
+            return step in self.steps
+        if 0 <= self.end < step:
+            return False
+        return step >= self.start and (step - self.start) % self.every == 0
 
     def fires(self, step: int) -> bool:
         """A failure kind: true at its one step."""
@@ -106,7 +119,7 @@ class Fault:
         """simrank_faults.c's fault_ms_at: the same deterministic jitter."""
         if self.kind in ONCE:
             return self.ms if self.kind == "hang" and self.fires(step) else 0.0
-        if step < self.start or (step - self.start) % self.every:
+        if not self.scheduled(step):
             return 0.0
         z = ((seed << 40) ^ ((rank & 0xFFFFFFFF) << 24) ^ (index << 20) ^ (step & 0xFFFFFFFF)) & M64
         z = (z + 0x9E3779B97F4A7C15) & M64
@@ -141,7 +154,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     try:
         c.faults = [Fault(f) for f in c.fault]
     except ValueError as e:
-        die(f"bad --fault {e} (want KIND:MS:EVERY:START_STEP:JITTER_MS)")
+        die(f"bad --fault {e} (want KIND:MS:EVERY:START_STEP:JITTER_MS[:END_STEP[:S1,S2,...]])")
     if len(c.faults) > MAX_FAULTS:
         die("too many --fault")
     if c.world < 1 or not 0 <= c.rank < c.world:

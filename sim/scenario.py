@@ -99,6 +99,14 @@ class Fault:
     """crash only: the exit status."""
     factor: float = 1.0
     """slow_link only: the transfer bandwidth is divided by it (> 1)."""
+    end_step: int | None = None
+    """A periodic fault's last possible step (inclusive); None: until the run ends."""
+    steps: tuple[int, ...] = ()
+    """An explicit list of the steps it fires at, instead of start_step/every/end_step (sorted)."""
+
+    @property
+    def first_step(self) -> int:
+        return self.steps[0] if self.steps else self.start_step
 
     @property
     def ends_rank(self) -> bool:
@@ -111,16 +119,31 @@ class Fault:
     def fires_at(self, step: int) -> bool:
         if self.kind in FAILURE_KINDS:
             return step == self.start_step
+        if self.steps:
+            return step in self.steps
+        if self.end_step is not None and step > self.end_step:
+            return False
         return step >= self.start_step and (step - self.start_step) % self.every == 0
+
+    def fire_steps(self, steps: int) -> list[int]:
+        """The steps of a ``steps``-step run it fires at."""
+        return [k for k in range(steps) if self.fires_at(k)]
 
     def spec(self) -> str:
         """The ``--fault`` argument simrank parses (a crash carries its exit status in the ms slot, a
         slow_link its factor; on a node a slow_link is simrank's ``slow_nic``: inter-node only)."""
         if self.kind == "slow_link":
             kind = "slow_nic" if self.node is not None else "slow_link"
-            return f"{kind}:{self.factor}:{self.every}:{self.start_step}:0"
+            return f"{kind}:{self.factor}:{self.every}:{self.start_step}:0{self._schedule_spec()}"
         ms = self.status if self.kind == "crash" else self.ms
-        return f"{self.kind}:{ms}:{self.every}:{self.start_step}:{self.jitter}"
+        return f"{self.kind}:{ms}:{self.every}:{self.start_step}:{self.jitter}{self._schedule_spec()}"
+
+    def _schedule_spec(self) -> str:
+        """The optional ``:END_STEP[:S1,S2,...]`` tail (END_STEP -1: none); empty when neither is set."""
+        if not self.steps and self.end_step is None:
+            return ""
+        end = -1 if self.end_step is None else self.end_step
+        return f":{end}" + (":" + ",".join(map(str, self.steps)) if self.steps else "")
 
 
 @dataclass(frozen=True)
@@ -286,6 +309,9 @@ def _fault(i: int, raw: Any, world: int, steps: int, node_ids: set[str]) -> Faul
         d["every"] = _number(f"{where}.every", d["every"], minimum=1, integer=True)
     if "start_step" in d:
         d["start_step"] = _number(f"{where}.start_step", d["start_step"], integer=True)
+    from rankecho.sim.scenario_faults import schedule_fields  # (it imports this module)
+
+    schedule_fields(where, d, steps)
     if "jitter" in d:
         d["jitter"] = float(_number(f"{where}.jitter", d["jitter"]))
         if d["jitter"] > d["ms"]:
@@ -299,7 +325,7 @@ def _fault(i: int, raw: Any, world: int, steps: int, node_ids: set[str]) -> Faul
 def _failure_fields(where: str, d: dict[str, Any], world: int) -> None:
     """hang, crash and desync fire once: refuse the settings that could never take effect."""
     kind = d["kind"]
-    for key in ("every", "jitter"):
+    for key in ("every", "jitter", "end_step", "steps"):
         if key in d:
             raise ScenarioError(
                 f"{where}.{key}: a {kind} fires once, at start_step; remove {key} (write one fault per step)"
@@ -328,9 +354,9 @@ def _check_failures(sc: Scenario) -> None:
             continue
         struck = set(sc.fault_ranks(f))
         for j, g in enumerate(sc.faults):
-            if j != i and g.start_step > f.start_step and struck & set(sc.fault_ranks(g)):
+            if j != i and g.first_step > f.start_step and struck & set(sc.fault_ranks(g)):
                 raise ScenarioError(
-                    f"faults[{j}].start_step: {g.start_step} comes after faults[{i}] ({f.kind}) at step "
+                    f"faults[{j}].start_step: {g.first_step} comes after faults[{i}] ({f.kind}) at step "
                     f"{f.start_step} ends its rank; move it to step {f.start_step} or earlier, or drop it"
                 )
         for node in sc.nodes:

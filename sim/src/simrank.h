@@ -60,10 +60,15 @@ enum fault_kind {
     F_NKINDS
 };
 
+#define MAX_FAULT_STEPS 64 /* sim/scenario_faults.py's MAX_LISTED_STEPS */
+
 struct fault {
     enum fault_kind kind;
     double ms, jitter_ms;
     int every, start_step;
+    int end_step;                /* last step a periodic fault may fire at (-1: none) */
+    int nsteps;                  /* > 0: it fires exactly at steps[0..nsteps) instead */
+    int steps[MAX_FAULT_STEPS];
 };
 
 #define MAX_FAULTS 16
@@ -97,7 +102,8 @@ struct cfg {
 
 /* simrank_faults.c */
 const char *fault_name(enum fault_kind k);
-int fault_parse(const char *spec, struct fault *out); /* "kind:ms:every:start_step:jitter_ms" */
+int fault_parse(const char *spec, struct fault *out); /* "kind:ms:every:start_step:jitter_ms[:end[:s1,s2..]]" */
+int fault_scheduled(const struct fault *f, int step);  /* a delay or link fault's schedule includes `step` */
 double fault_ms_at(const struct fault *f, int index, int rank, int step, unsigned seed);
 int fault_fires(const struct fault *f, int step); /* a failure kind: 1 at its one step */
 void log_failure(const struct fault *f, int step); /* the `fault KIND STEP VALUE` line */

@@ -36,19 +36,42 @@ static const char *const NAMES[F_NKINDS] = {"host_compute", "dataloader_stall", 
 
 const char *fault_name(enum fault_kind k) { return (unsigned)k < F_NKINDS ? NAMES[k] : "?"; }
 
+/* The optional schedule tail ":END[:S1,S2,...]" (END -1: none); 0 when well-formed. */
+static int parse_schedule(const char *tail, struct fault *f) {
+    int n = 0;
+    if (*tail == '\0') return 0;
+    if (sscanf(tail, ":%d%n", &f->end_step, &n) != 1 || f->end_step < -1) return -1;
+    for (tail += n; *tail != '\0'; tail += n) {
+        if (f->nsteps == MAX_FAULT_STEPS || sscanf(tail + 1, "%d%n", &f->steps[f->nsteps], &n) != 1) return -1;
+        if (*tail != (f->nsteps ? ',' : ':') || f->steps[f->nsteps++] < 0) return -1;
+        n++;
+    }
+    return 0;
+}
+
 int fault_parse(const char *spec, struct fault *out) {
     char kind[32];
     double ms, jitter;
-    int every, start;
-    if (sscanf(spec, "%31[a-z_]:%lf:%d:%d:%lf", kind, &ms, &every, &start, &jitter) != 5) return -1;
+    int every, start, n = 0;
+    if (sscanf(spec, "%31[a-z_]:%lf:%d:%d:%lf%n", kind, &ms, &every, &start, &jitter, &n) != 5) return -1;
     for (int k = 0; k < F_NKINDS; k++) {
         if (strcmp(kind, NAMES[k]) == 0) {
             if (ms < 0 || every < 1 || start < 0 || jitter < 0) return -1;
-            *out = (struct fault){(enum fault_kind)k, ms, jitter, every, start};
-            return 0;
+            *out = (struct fault){(enum fault_kind)k, ms, jitter, every, start, .end_step = -1};
+            return parse_schedule(spec + n, out);
         }
     }
     return -1;
+}
+
+int fault_scheduled(const struct fault *f, int step) {
+    if (f->nsteps > 0) {
+        for (int i = 0; i < f->nsteps; i++)
+            if (f->steps[i] == step) return 1;
+        return 0;
+    }
+    if (f->end_step >= 0 && step > f->end_step) return 0;
+    return step >= f->start_step && (step - f->start_step) % f->every == 0;
 }
 
 static uint64_t mix(uint64_t z) {
@@ -62,7 +85,7 @@ static uint64_t mix(uint64_t z) {
 double fault_ms_at(const struct fault *f, int index, int rank, int step, unsigned seed) {
     if (f->kind == F_HANG || f->kind == F_CRASH || f->kind == F_DESYNC) /* once; only a timed hang delays */
         return f->kind == F_HANG && fault_fires(f, step) ? f->ms : 0;
-    if (step < f->start_step || (step - f->start_step) % f->every != 0) return 0;
+    if (!fault_scheduled(f, step)) return 0;
     uint64_t h = mix(((uint64_t)seed << 40) ^ ((uint64_t)(unsigned)rank << 24) ^ ((uint64_t)index << 20) ^
                      (uint64_t)(unsigned)step);
     double u = (double)(h >> 11) / (double)(1ULL << 53); /* [0, 1) */

@@ -1,0 +1,60 @@
+"""Scenario validation of when a fault fires (sim/scenario.py calls it): ``end_step`` ends a periodic fault,
+``steps`` lists its steps outright. Settings that could never take effect are refused with the fix, as
+everywhere in the scenario format: an end before the start, a listed step past the run, both ways at once.
+
+    faults:
+      - {rank: 5, kind: host_compute, ms: 80, every: 4, start_step: 2, end_step: 20}   # 2, 6, ..., 18
+      - {rank: 1, kind: alloc_stall, ms: 120, steps: [3, 4, 17]}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rankecho.sim.scenario import ScenarioError
+from rankecho.sim.scenario import _number as number
+
+MAX_LISTED_STEPS = 64
+"""At most this many entries in one fault's ``steps`` (the rank programs hold them in a fixed array)."""
+
+
+def schedule_fields(where: str, d: dict[str, Any], steps: int) -> None:
+    """Validate ``end_step`` and ``steps`` in place (``steps``: the scenario's step count, 0 if unknown)."""
+    last = f"the last step ({steps - 1})"
+    if "steps" in d:
+        clash = [k for k in ("start_step", "every", "end_step") if k in d]
+        if clash:
+            raise ScenarioError(
+                f"{where}.steps: an explicit list of steps replaces start_step/every/end_step; remove "
+                f"{clash} (or drop steps and keep the periodic form)"
+            )
+        listed = d["steps"]
+        if not isinstance(listed, list) or not listed or len(listed) > MAX_LISTED_STEPS:
+            raise ScenarioError(f"{where}.steps: need a list of 1..{MAX_LISTED_STEPS} steps, got {listed!r}")
+        values = [number(f"{where}.steps[{i}]", v, integer=True) for i, v in enumerate(listed)]
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:
+            raise ScenarioError(f"{where}.steps: step(s) {twice} listed twice; list each step once")
+        late = [v for v in values if steps and v >= steps]
+        if late:
+            raise ScenarioError(
+                f"{where}.steps: step(s) {late} are past {last} and would never fire; drop them or add steps"
+            )
+        d["steps"] = tuple(sorted(values))
+        d["start_step"] = d["steps"][0]
+        return
+    if "end_step" not in d:
+        return
+    end = number(f"{where}.end_step", d["end_step"], integer=True)
+    start = d.get("start_step", 0)
+    if end < start:
+        raise ScenarioError(
+            f"{where}.end_step: {end} is before start_step {start}, so the fault would never fire; "
+            f"use an end_step >= {start}"
+        )
+    if steps and end >= steps - 1:
+        raise ScenarioError(
+            f"{where}.end_step: {end} is not before {last}: the fault runs to the end anyway; drop end_step "
+            f"or use one < {steps - 1}"
+        )
+    d["end_step"] = end

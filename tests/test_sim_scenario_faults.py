@@ -1,0 +1,93 @@
+"""When a simulated fault fires: ``end_step`` ends a periodic fault, ``steps`` lists its steps. Settings that
+could never take effect are refused with the fix; the rank program (run by the launcher, without agents)
+fires each fault at exactly its steps, and the ground truth lists those steps."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rankecho.sim.launcher import LaunchOptions, run_scenario
+from rankecho.sim.scenario import ScenarioError, load_scenario, parse_scenario
+
+FORMAT = Path(__file__).resolve().parent.parent / "sim" / "scenarios" / "format"
+
+
+def scenario(faults: list[dict[str, Any]], steps: int = 20) -> Any:
+    raw = {"cluster_id": "t-sched", "steps": steps, "faults": faults,
+           "nodes": [{"id": "n0", "ranks": 2}, {"id": "n1", "ranks": 2}]}  # fmt: skip
+    return parse_scenario(raw, "sched")
+
+
+DELAY = {"rank": 1, "kind": "host_compute", "ms": 10}
+
+
+@pytest.mark.parametrize(
+    ("fault", "msg"),
+    [
+        ({**DELAY, "start_step": 5, "end_step": 3}, "end_step: 3 is before start_step 5, so the fault"),
+        ({**DELAY, "end_step": 19}, "the fault runs to the end anyway; drop end_step or use one < 19"),
+        ({**DELAY, "end_step": 40}, "end_step: 40 is not before the last step (19)"),
+        ({**DELAY, "steps": [3, 30, 25]}, "step(s) [30, 25] are past the last step (19) and would"),
+        ({**DELAY, "steps": [3], "every": 2}, "replaces start_step/every/end_step; remove ['every']"),
+        ({**DELAY, "steps": [3], "start_step": 3, "end_step": 9}, "remove ['start_step', 'end_step']"),
+        ({**DELAY, "steps": []}, "steps: need a list of 1..64 steps"),
+        ({**DELAY, "steps": 4}, "steps: need a list of 1..64 steps"),
+        ({**DELAY, "steps": [2, 7, 2]}, "step(s) [2] listed twice; list each step once"),
+        ({**DELAY, "steps": [2, -1]}, "steps[1]: must be >= 0"),
+        ({**DELAY, "start_step": 20}, "start_step: 20 is past the last step (19)"),
+        ({"rank": 1, "kind": "crash", "start_step": 2, "end_step": 5}, "a crash fires once, at start_step"),
+        ({"rank": 1, "kind": "hang", "steps": [2]}, "a hang fires once, at start_step; remove steps"),
+    ],
+)
+def test_schedules_that_cannot_take_effect_are_refused_with_the_fix(fault: dict[str, Any], msg: str) -> None:
+    with pytest.raises(ScenarioError) as e:
+        scenario([fault])
+    assert msg in str(e.value)
+
+
+def test_end_step_and_listed_steps_fire_where_they_say() -> None:
+    s = scenario([{**DELAY, "every": 4, "start_step": 2, "end_step": 10},
+                  {**DELAY, "steps": [9, 1, 4]},
+                  {"node": "n1", "kind": "slow_link", "factor": 2, "start_step": 3, "end_step": 5},
+                  {**DELAY, "every": 5}])  # fmt: skip
+    assert [f.fire_steps(20) for f in s.faults] == [[2, 6, 10], [1, 4, 9], [3, 4, 5], [0, 5, 10, 15]]
+    assert [f.spec() for f in s.faults] == [
+        "host_compute:10.0:4:2:0.0:10",
+        "host_compute:10.0:1:1:0.0:-1:1,4,9",
+        "slow_nic:2.0:1:3:0:5",
+        "host_compute:10.0:5:0:0.0",  # no schedule tail: the rank programs read the old form unchanged
+    ]
+
+
+def test_a_fault_listed_after_a_crash_is_refused_by_its_first_step() -> None:
+    with pytest.raises(ScenarioError) as e:
+        scenario([{"rank": 1, "kind": "crash", "start_step": 4}, {**DELAY, "steps": [6, 8]}])
+    assert "faults[1].start_step: 6 comes after faults[0] (crash) at step 4 ends its rank" in str(e.value)
+    scenario([{"rank": 1, "kind": "crash", "start_step": 4}, {**DELAY, "steps": [2, 8]}])  # fires first: fine
+
+
+@pytest.mark.parametrize("program", ["c", "python"])
+def test_the_rank_programs_fire_each_fault_at_exactly_its_steps(tmp_path: Path, program: str) -> None:
+    s = load_scenario(FORMAT / "fault-schedules.yaml")
+    if program == "python":  # slow_link is the C rank's only: keep the two delays
+        s = dataclasses.replace(s, program="python", faults=s.faults[:2])
+    run = run_scenario(s, LaunchOptions(run_dir=tmp_path, progress=None, timeout_s=120))
+    assert run.returncode == 0 and run.truth is not None
+    expected = {"host_compute": [1, 4, 7, 10], "dataloader_stall": [5, 6, 15], "slow_link": [12, 13, 14]}
+    for f in run.truth["faults"]:
+        assert f["fired_steps"] == expected[f["kind"]], f
+    assert run.truth["faults"][1]["steps"] == [5, 6, 15] and run.truth["faults"][0]["end_step"] == 10
+    for rank, kind in ((1, "host_compute"), (2, "dataloader_stall")):
+        mine = [(k["step"], r) for k in run.truth["per_step"] for r in k["ranks"] if r["rank"] == rank]
+        causes = {step: r["cause"] for step, r in mine}
+        assert [k for k, c in sorted(causes.items()) if c] == expected[kind]
+        assert {causes[k] for k in expected[kind]} == {kind}
+        late = {step: r["entered_late_by_ms"] for step, r in mine}
+        assert all(late[k] > 40 for k in expected[kind])  # 60 ms injected: really late at those steps
+    if program == "c":
+        [link] = run.truth["links"]
+        assert link["steps"] == expected["slow_link"]
