@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # pyrank_lib, al
 from pyrank_lib import (  # noqa: E402
     ALLOC_CACHE,
     BF16,
+    D2H,
     H2D,
     PR_SET_PDEATHSIG,
     SUM,
@@ -114,6 +115,13 @@ def contend_cpu(r: Rank, ms: float) -> None:
     os.sched_setaffinity(0, old)
 
 
+def stall_memcpy(r: Rank, ms: float) -> None:
+    """memcpy_stall: one blocking device-to-host copy sized so the fake PCIe rate makes it last `ms`."""
+    ns = ms * 1e6 - 2000
+    size = int(ns * env_double("RANKECHO_SIM_PCIE_GBPS", 25.0)) if ns > 0 else 1
+    check(r.a.cudaMemcpy(r.host_batch, r.batch, size, D2H), "cudaMemcpy")
+
+
 def log_failure(r: Rank, f: Fault, step: int) -> None:
     r.say(f"fault {f.kind} {step} {f.ms:g}", flush=True)
 
@@ -142,6 +150,8 @@ def before_collective(r: Rank, p: Plan) -> None:
             spin_host_compute(ms)
         if ms > 0 and f.kind == "cpu_contention":
             contend_cpu(r, ms)
+        if ms > 0 and f.kind == "memcpy_stall":
+            stall_memcpy(r, ms)
 
 
 def desync_rank(r: Rank, p: Plan) -> None:

@@ -18,10 +18,10 @@ import time
 from typing import Any, NoReturn, TextIO
 
 FAULT_KINDS = ("host_compute", "dataloader_stall", "cpu_contention", "slow_gpu", "alloc_stall", "hang",
-               "crash", "desync")  # fmt: skip
+               "crash", "desync", "memcpy_stall")  # fmt: skip
 ONCE = ("hang", "crash", "desync")
 ALLOC_CACHE, MAX_FAULTS, MAX_SPLITS, MAX_FAULT_STEPS = 8, 16, 4, 64
-BF16, SUM, H2D = 9, 0, 1
+BF16, SUM, H2D, D2H = 9, 0, 1, 2
 PR_SET_NAME, PR_SET_PDEATHSIG = 15, 1
 M64 = (1 << 64) - 1
 
@@ -43,6 +43,7 @@ API: dict[str, tuple[str, Any, list[Any]]] = {  # name -> (library, return type,
     "cudaStreamSynchronize": ("cudart", INT, [P]),
     "cudaMalloc": ("cudart", INT, [PP, SZ]),
     "cudaFree": ("cudart", INT, [P]),
+    "cudaMemcpy": ("cudart", INT, [P, P, SZ, INT]),
     "cudaMemcpyAsync": ("cudart", INT, [P, P, SZ, INT, P]),
     "cudaEventCreate": ("cudart", INT, [PP]),
     "cudaEventRecord": ("cudart", INT, [P, P]),

@@ -18,7 +18,8 @@ from typing import Any
 
 import yaml
 
-DELAY_KINDS = ("host_compute", "dataloader_stall", "cpu_contention", "slow_gpu", "alloc_stall")
+DELAY_KINDS = ("host_compute", "dataloader_stall", "cpu_contention", "slow_gpu", "alloc_stall",
+               "memcpy_stall")  # fmt: skip
 FAILURE_KINDS = ("hang", "crash", "desync")
 """Fire once, at ``start_step``: hang (stop before the step's first collective for ``ms``, 0 or 'forever':
 until killed), crash (exit with ``status`` there), desync (that collective with twice the byte count)."""
@@ -291,8 +292,10 @@ def _fault(i: int, raw: Any, world: int, steps: int, node_ids: set[str]) -> Faul
     elif d["node"] not in node_ids:
         raise ScenarioError(f"{where}.node: {d['node']!r} is not one of the nodes {sorted(node_ids)}")
     d["kind"] = _choice(f"{where}.kind", d["kind"], FAULT_KINDS)
+    from rankecho.sim.scenario_faults import failure_fields, schedule_fields  # (it imports this module)
+
     if d["kind"] in FAILURE_KINDS:
-        _failure_fields(where, d, world)
+        failure_fields(where, d, world)
     elif d["kind"] in LINK_KINDS:
         from rankecho.sim.scenario_links import link_fields  # (it imports this module)
 
@@ -309,8 +312,6 @@ def _fault(i: int, raw: Any, world: int, steps: int, node_ids: set[str]) -> Faul
         d["every"] = _number(f"{where}.every", d["every"], minimum=1, integer=True)
     if "start_step" in d:
         d["start_step"] = _number(f"{where}.start_step", d["start_step"], integer=True)
-    from rankecho.sim.scenario_faults import schedule_fields  # (it imports this module)
-
     schedule_fields(where, d, steps)
     if "jitter" in d:
         d["jitter"] = float(_number(f"{where}.jitter", d["jitter"]))
@@ -320,54 +321,6 @@ def _fault(i: int, raw: Any, world: int, steps: int, node_ids: set[str]) -> Faul
     if steps and fault.start_step >= steps:
         raise ScenarioError(f"{where}.start_step: {fault.start_step} is past the last step ({steps - 1})")
     return fault
-
-
-def _failure_fields(where: str, d: dict[str, Any], world: int) -> None:
-    """hang, crash and desync fire once: refuse the settings that could never take effect."""
-    kind = d["kind"]
-    for key in ("every", "jitter", "end_step", "steps"):
-        if key in d:
-            raise ScenarioError(
-                f"{where}.{key}: a {kind} fires once, at start_step; remove {key} (write one fault per step)"
-            )
-    if kind == "hang":
-        ms = d.get("ms", "forever")
-        d["ms"] = 0.0 if ms == "forever" else float(_number(f"{where}.ms", ms))
-    elif "ms" in d:
-        fix = "set status (the exit status) instead" if kind == "crash" else "remove it"
-        raise ScenarioError(f"{where}.ms: a {kind} takes no duration; {fix}")
-    if kind == "crash":
-        d["status"] = _number(f"{where}.status", d.get("status", 1), minimum=1, integer=True)
-        if d["status"] > 255:
-            raise ScenarioError(f"{where}.status: {d['status']} is not an exit status; pick 1..255")
-    elif "status" in d:
-        raise ScenarioError(f"{where}.status: only a crash has an exit status; remove it")
-    if kind == "desync" and world < 2:
-        raise ScenarioError(f"{where}: a desync needs another rank to disagree with; use at least 2 ranks")
-
-
-def _check_failures(sc: Scenario) -> None:
-    """Refuse what a crash or a hang for good makes impossible: a later fault on the same rank, or an
-    agent that would only start (or restart) after every rank passed a step some rank never finishes."""
-    for i, f in enumerate(sc.faults):
-        if not f.ends_rank:
-            continue
-        struck = set(sc.fault_ranks(f))
-        for j, g in enumerate(sc.faults):
-            if j != i and g.first_step > f.start_step and struck & set(sc.fault_ranks(g)):
-                raise ScenarioError(
-                    f"faults[{j}].start_step: {g.first_step} comes after faults[{i}] ({f.kind}) at step "
-                    f"{f.start_step} ends its rank; move it to step {f.start_step} or earlier, or drop it"
-                )
-        for node in sc.nodes:
-            for key, step in (("agent_start_after_step", sc.agent_start_step(node)),
-                              ("agent_restart_after_step", node.agent_restart_after_step)):  # fmt: skip
-                if step > 0 and f.start_step <= step:
-                    raise ScenarioError(
-                        f"{key}: {step} for {node.id} waits for every rank to finish step {step}, but "
-                        f"faults[{i}] ({f.kind}) stops a rank at step {f.start_step}; use a step "
-                        f"< {f.start_step} or 0"
-                    )
 
 
 def _program(d: dict[str, Any]) -> None:
@@ -425,8 +378,10 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
     if d.get("bus_gbps") is not None:
         d["bus_gbps"] = float(_number("bus_gbps", d["bus_gbps"], positive=True))
     scenario = Scenario(**d)
-    _check_failures(scenario)
-    from rankecho.sim.scenario_links import check_links  # (it imports this module)
+    from rankecho.sim.scenario_faults import check_failures
+    from rankecho.sim.scenario_links import check_links  # (they import this module)
+
+    check_failures(scenario)
 
     check_links(scenario)
     return scenario

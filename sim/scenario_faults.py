@@ -1,6 +1,7 @@
 """Scenario validation of when a fault fires (sim/scenario.py calls it): ``end_step`` ends a periodic fault,
-``steps`` lists its steps outright. Settings that could never take effect are refused with the fix, as
-everywhere in the scenario format: an end before the start, a listed step past the run, both ways at once.
+``steps`` lists its steps outright; hang, crash and desync fire once. Settings that could never take effect
+are refused with the fix, as everywhere in the scenario format: an end before the start, a listed step past
+the run, both ways at once, a fault on a rank a crash already ended.
 
     faults:
       - {rank: 5, kind: host_compute, ms: 80, every: 4, start_step: 2, end_step: 20}   # 2, 6, ..., 18
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rankecho.sim.scenario import ScenarioError
+from rankecho.sim.scenario import Scenario, ScenarioError
 from rankecho.sim.scenario import _number as number
 
 MAX_LISTED_STEPS = 64
@@ -58,3 +59,51 @@ def schedule_fields(where: str, d: dict[str, Any], steps: int) -> None:
             f"or use one < {steps - 1}"
         )
     d["end_step"] = end
+
+
+def failure_fields(where: str, d: dict[str, Any], world: int) -> None:
+    """hang, crash and desync fire once: refuse the settings that could never take effect."""
+    kind = d["kind"]
+    for key in ("every", "jitter", "end_step", "steps"):
+        if key in d:
+            raise ScenarioError(
+                f"{where}.{key}: a {kind} fires once, at start_step; remove {key} (write one fault per step)"
+            )
+    if kind == "hang":
+        ms = d.get("ms", "forever")
+        d["ms"] = 0.0 if ms == "forever" else float(number(f"{where}.ms", ms))
+    elif "ms" in d:
+        fix = "set status (the exit status) instead" if kind == "crash" else "remove it"
+        raise ScenarioError(f"{where}.ms: a {kind} takes no duration; {fix}")
+    if kind == "crash":
+        d["status"] = number(f"{where}.status", d.get("status", 1), minimum=1, integer=True)
+        if d["status"] > 255:
+            raise ScenarioError(f"{where}.status: {d['status']} is not an exit status; pick 1..255")
+    elif "status" in d:
+        raise ScenarioError(f"{where}.status: only a crash has an exit status; remove it")
+    if kind == "desync" and world < 2:
+        raise ScenarioError(f"{where}: a desync needs another rank to disagree with; use at least 2 ranks")
+
+
+def check_failures(sc: Scenario) -> None:
+    """Refuse what a crash or a hang for good makes impossible: a later fault on the same rank, or an
+    agent that would only start (or restart) after every rank passed a step some rank never finishes."""
+    for i, f in enumerate(sc.faults):
+        if not f.ends_rank:
+            continue
+        struck = set(sc.fault_ranks(f))
+        for j, g in enumerate(sc.faults):
+            if j != i and g.first_step > f.start_step and struck & set(sc.fault_ranks(g)):
+                raise ScenarioError(
+                    f"faults[{j}].start_step: {g.first_step} comes after faults[{i}] ({f.kind}) at step "
+                    f"{f.start_step} ends its rank; move it to step {f.start_step} or earlier, or drop it"
+                )
+        for node in sc.nodes:
+            for key, step in (("agent_start_after_step", sc.agent_start_step(node)),
+                              ("agent_restart_after_step", node.agent_restart_after_step)):  # fmt: skip
+                if step > 0 and f.start_step <= step:
+                    raise ScenarioError(
+                        f"{key}: {step} for {node.id} waits for every rank to finish step {step}, but "
+                        f"faults[{i}] ({f.kind}) stops a rank at step {f.start_step}; use a step "
+                        f"< {f.start_step} or 0"
+                    )

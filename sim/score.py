@@ -31,6 +31,7 @@ CAUSE_TO_FAULT: dict[str, str] = {
     "cpu_contention": "cpu_contention",
     "sleeping": "dataloader_stall",
     "host_compute": "host_compute",
+    "memcpy": "memcpy_stall",
 }
 """find_stragglers' cause classes, as the simulator's fault kinds."""
 NEUTRAL_FROM = 0.5
@@ -172,8 +173,8 @@ def periods(truth: dict[str, Any], diagnosis: dict[str, Any]) -> list[tuple[str,
     out = []
     threshold = truth.get("straggler_threshold_ms", 0.0)
     for f in truth["faults"]:
-        if f.get("kind") == "slow_link":
-            continue  # no late rank, no straggler period
+        if f.get("kind") == "slow_link" or f.get("steps"):
+            continue  # no late rank, no straggler period; or listed steps: no period either
         if float(f.get("ms", threshold)) + float(f.get("jitter", 0.0)) < threshold:
             continue  # it can never make an episode the scenario counts: no period to expect
         key = ("node", f["node"]) if f.get("node") else ("rank", f["rank"])

@@ -283,7 +283,8 @@ SIM_PHASE static int64_t forward(struct rank *r, const struct plan *p) {
 }
 
 /* Faults that strike right before the step's first collective. */
-SIM_PHASE static void before_collective(const struct cfg *c, const struct plan *p) {
+SIM_PHASE static void before_collective(const struct rank *r, const struct plan *p) {
+    const struct cfg *c = &r->c;
     for (int i = 0; i < c->nfaults; i++) {
         const struct fault *f = &c->faults[i];
         if (fault_fires(f, p->step) && f->kind == F_HANG) hang_rank(f, p->step);
@@ -291,6 +292,7 @@ SIM_PHASE static void before_collective(const struct cfg *c, const struct plan *
         if (p->fired[i] <= 0) continue;
         if (f->kind == F_HOST_COMPUTE) spin_host_compute(p->fired[i]);
         if (f->kind == F_CPU_CONTENTION) contend_cpu(p->fired[i]);
+        if (f->kind == F_MEMCPY_STALL) stall_memcpy(&r->a, r->batch, p->fired[i]);
     }
 }
 
@@ -312,7 +314,7 @@ SIM_PHASE static int64_t backward(struct rank *r, const struct plan *p) {
         launch(a, kernel_bwd, p->kernel_us, p->host_per_kernel, r->stream);
         for (; b < (k + 1) * c->buckets / p->n_bwd; b++) { /* bucket b's gradients are ready */
             if (b == 0) {
-                before_collective(c, p);
+                before_collective(r, p);
                 enter = sim_realtime_ns();
                 check(a->cudaEventRecord(r->coll_event, r->stream), "cudaEventRecord");
                 if (p->desync) {

@@ -22,6 +22,7 @@
     X(cudaDeviceSynchronize, cudaError_t, (void))                                                        \
     X(cudaMalloc, cudaError_t, (void **, size_t))                                                        \
     X(cudaFree, cudaError_t, (void *))                                                                   \
+    X(cudaMemcpy, cudaError_t, (void *, const void *, size_t, enum cudaMemcpyKind))                      \
     X(cudaMemcpyAsync, cudaError_t, (void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t))   \
     X(cudaEventCreate, cudaError_t, (cudaEvent_t *))                                                     \
     X(cudaEventRecord, cudaError_t, (cudaEvent_t, cudaStream_t))                                         \
@@ -57,6 +58,7 @@ enum fault_kind {
     F_DESYNC,
     F_SLOW_LINK, /* this rank's transfer bandwidth / `ms` (the factor) on every communicator */
     F_SLOW_NIC,  /* the same, only on communicators spanning more than one node (a node's slow NIC) */
+    F_MEMCPY_STALL, /* a blocking device-to-host copy of `ms` before the step's first collective */
     F_NKINDS
 };
 
@@ -114,6 +116,7 @@ void spin_host_compute(double ms);
 void contend_cpu(double ms); /* needs neighbor_start() first */
 void hang_rank(const struct fault *f, int step);
 void crash_rank(const struct fault *f, int step) __attribute__((noreturn));
+void stall_memcpy(const struct api *a, const void *device_buf, double ms);
 int neighbor_start(void);
 void neighbor_stop(void);
 

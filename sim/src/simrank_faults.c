@@ -13,7 +13,9 @@
  *                   instance it takes part in takes longer for every member (the hub applies it, comm.c)
  * slow_nic          the same, only on communicators spanning more than one node (a node's slow NIC; the
  *                   scenario's `slow_link` on a node)
- * The last three fire once, at start_step, and log a `fault KIND STEP VALUE` line before acting.
+ * memcpy_stall      a blocking cudaMemcpy (device to host) sized to take `ms`, before the collective: the
+ *                   rank is inside the copy call, off-CPU (like a .item() / .cpu() on a large tensor)
+ * hang, crash and desync fire once, at start_step, and log a `fault KIND STEP VALUE` line before acting.
  */
 #define _GNU_SOURCE
 #include <poll.h>
@@ -32,7 +34,7 @@
 
 static const char *const NAMES[F_NKINDS] = {"host_compute", "dataloader_stall", "cpu_contention", "slow_gpu",
                                             "alloc_stall",  "hang",             "crash",          "desync",
-                                            "slow_link",    "slow_nic"};
+                                            "slow_link",    "slow_nic",         "memcpy_stall"};
 
 const char *fault_name(enum fault_kind k) { return (unsigned)k < F_NKINDS ? NAMES[k] : "?"; }
 
@@ -117,6 +119,17 @@ SIM_PHASE void hang_rank(const struct fault *f, int step) {
 SIM_PHASE void crash_rank(const struct fault *f, int step) {
     log_failure(f, step);
     _exit((int)f->ms);
+}
+
+/* memcpy_stall: one blocking device-to-host copy whose size the fake PCIe rate turns into `ms` (its
+ * cudaMemcpy costs 2 us plus bytes / RANKECHO_SIM_PCIE_GBPS, cudart_mem.c). */
+SIM_PHASE void stall_memcpy(const struct api *a, const void *device_buf, double ms) {
+    static char host[1]; /* a device-to-host copy is never dereferenced by the fake runtime */
+    double gbps = sim_env_double(SIM_ENV_PCIE_GBPS, SIM_DEFAULT_PCIE_GBPS);
+    double ns = ms * 1e6 - 2000;
+    size_t bytes = ns > 0 ? (size_t)(ns * gbps) : 1;
+    if (a->cudaMemcpy(host, device_buf, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+        fprintf(stderr, "simrank: memcpy_stall: cudaMemcpy failed\n");
 }
 
 /* dataloader_stall: the loader's queue stays empty for `ms` (off-CPU, sleeping). */
