@@ -15,6 +15,7 @@ threshold. A diagnosis is scored against this. Usage::
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -270,6 +271,7 @@ def build_ground_truth(
         "world_size": scenario.world_size,
         "steps": scenario.steps,
         "straggler_threshold_ms": scenario.straggler_threshold_ms,
+        "jitter": dataclasses.asdict(scenario.jitter),
         "program": scenario.program,
         "python": scenario.python,
         "frame_pointers": scenario.frame_pointers,

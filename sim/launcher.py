@@ -135,6 +135,7 @@ def rank_argv(
     for f in scenario.faults:
         if f.targets(rank, node.id):
             argv += ["--fault", f.spec()]
+    argv += scenario.jitter.argv()
     if scenario.load == "dlopen":
         argv += ["--lib-dir", str(lib_dir), "--dlopen-delay-ms", str(scenario.dlopen_delay_ms)]
     return argv

@@ -41,6 +41,7 @@ from pyrank_lib import (  # noqa: E402
     check,
     die,
     env_double,
+    healthy_noise_us,
     now_ns,
     parse,
     setup,
@@ -55,7 +56,10 @@ class Plan:
     def __init__(self, c: argparse.Namespace, step: int) -> None:
         self.step, self.n_fwd = step, c.kernels // 3
         self.n_bwd = c.kernels - self.n_fwd
-        self.kernel_us, self.host_per_kernel = c.compute_us / c.kernels, c.host_us / c.kernels
+        noise = [healthy_noise_us(c.seed, c.rank, step, which, c.noise[which]) for which in range(3)]
+        self.kernel_us = (c.compute_us + noise[0]) / c.kernels
+        self.host_per_kernel = (c.host_us + noise[1]) / c.kernels
+        self.loader_us = c.loader_us + noise[2]
         self.bucket_count = c.allreduce_bytes // c.buckets // 2  # bf16 elements
         self.fired = [f.ms_at(i, c.rank, step, c.seed) for i, f in enumerate(c.faults)]
         fired = list(zip(c.faults, self.fired, strict=True))
@@ -69,7 +73,7 @@ class Plan:
 
 
 def fetch_batch(r: Rank, p: Plan) -> None:
-    wait_off_cpu(r.c.loader_us / 1000.0)
+    wait_off_cpu(p.loader_us / 1000.0)
     for f, ms in zip(r.c.faults, p.fired, strict=True):
         if ms > 0 and f.kind == "dataloader_stall":
             stall_dataloader(ms)

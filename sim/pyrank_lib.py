@@ -122,13 +122,27 @@ class Fault:
             return self.ms if self.kind == "hang" and self.fires(step) else 0.0
         if not self.scheduled(step):
             return 0.0
-        z = ((seed << 40) ^ ((rank & 0xFFFFFFFF) << 24) ^ (index << 20) ^ (step & 0xFFFFFFFF)) & M64
-        z = (z + 0x9E3779B97F4A7C15) & M64
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-        u = ((z ^ (z >> 31)) >> 11) / float(1 << 53)
+        z = _mix(((seed << 40) ^ ((rank & 0xFFFFFFFF) << 24) ^ (index << 20) ^ (step & 0xFFFFFFFF)) & M64)
+        u = (z >> 11) / float(1 << 53)
         ms = self.ms + self.jitter * (2.0 * u - 1.0)
         return ms if ms > 0 else 0.0
+
+
+def _mix(z: int) -> int:
+    """simrank_faults.c's mix (splitmix64's finaliser)."""
+    z = (z + 0x9E3779B97F4A7C15) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def healthy_noise_us(seed: int, rank: int, step: int, which: int, max_us: float) -> float:
+    """simrank_faults.c's healthy_noise_us: uniform in [0, max_us), from (seed, rank, step, which) only
+    (which: 0 compute, 1 host, 2 loader)."""
+    if max_us <= 0:
+        return 0.0
+    z = _mix(((seed << 40) ^ ((rank & 0xFFFFFFFF) << 24) ^ (step & 0xFFFFFFFF) ^ ((which + 1) << 56)) & M64)
+    return max_us * ((z >> 11) / float(1 << 53))
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -142,7 +156,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--log")
     ap.add_argument("--split", action="append", default=[])
     ap.add_argument("--fault", action="append", default=[])
+    ap.add_argument("--noise-us", default="0:0:0")
     c = ap.parse_args(argv)
+    try:
+        c.noise = [float(v) for v in c.noise_us.split(":")]
+    except ValueError:
+        c.noise = []
+    if len(c.noise) != 3 or min(c.noise) < 0:
+        die(f"bad --noise-us {c.noise_us} (want COMPUTE_US:HOST_US:LOADER_US, each >= 0)")
     c.rank, c.world = env_int("RANK", 0), env_int("WORLD_SIZE", 1)
     c.local_rank, c.node = env_int("LOCAL_RANK", 0), os.environ.get("RANKECHO_NODE_ID") or "node-0"
     c.master_addr, c.master_port = os.environ.get("MASTER_ADDR") or "127.0.0.1", env_int("MASTER_PORT", 29500)

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from rankecho.sim.scenario_noise import Jitter, parse_jitter
+
 DELAY_KINDS = ("host_compute", "dataloader_stall", "cpu_contention", "slow_gpu", "alloc_stall",
                "memcpy_stall")  # fmt: skip
 FAILURE_KINDS = ("hang", "crash", "desync")
@@ -155,6 +157,8 @@ class Scenario:
     steps: int = 50
     seed: int = 1
     step: StepShape = StepShape()
+    jitter: Jitter = dataclasses.field(default_factory=Jitter)
+    """Healthy noise per rank and step (sim/scenario_noise.py)."""
     communicators: tuple[Communicator, ...] = ()
     faults: tuple[Fault, ...] = ()
     agent_start_after_step: int = 0
@@ -354,6 +358,7 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
     d["steps"] = _number("steps", d.get("steps", Scenario.steps), integer=True)
     d["seed"] = _number("seed", d.get("seed", Scenario.seed), integer=True)
     d["step"] = _step(d.get("step") or {})
+    d["jitter"] = parse_jitter(d["jitter"]) if d.get("jitter") is not None else Jitter()
     names: set[str] = set()
     comms = d.get("communicators") or []
     if not isinstance(comms, list) or len(comms) > 4:

@@ -103,7 +103,8 @@ static void parse(int argc, char **argv, struct cfg *c) {
         {"steps", 1, 0, 's'}, {"compute-us", 1, 0, 'c'}, {"host-us", 1, 0, 'h'}, {"loader-us", 1, 0, 'l'},
         {"kernels", 1, 0, 'k'}, {"allreduce-bytes", 1, 0, 'b'}, {"buckets", 1, 0, 'B'},
         {"malloc-every", 1, 0, 'm'}, {"split", 1, 0, 'S'}, {"fault", 1, 0, 'f'}, {"log", 1, 0, 'L'},
-        {"seed", 1, 0, 'r'}, {"lib-dir", 1, 0, 'd'}, {"dlopen-delay-ms", 1, 0, 'D'}, {0, 0, 0, 0}};
+        {"seed", 1, 0, 'r'}, {"lib-dir", 1, 0, 'd'}, {"dlopen-delay-ms", 1, 0, 'D'}, {"noise-us", 1, 0, 'N'},
+        {0, 0, 0, 0}};
     static const char *log_path;
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -120,6 +121,11 @@ static void parse(int argc, char **argv, struct cfg *c) {
         case 'd': c->lib_dir = optarg; break;
         case 'D': c->dlopen_delay_ms = atoi(optarg); break;
         case 'L': log_path = optarg; break;
+        case 'N':
+            if (sscanf(optarg, "%lf:%lf:%lf", &c->noise_us[0], &c->noise_us[1], &c->noise_us[2]) != 3 ||
+                c->noise_us[0] < 0 || c->noise_us[1] < 0 || c->noise_us[2] < 0)
+                die("bad --noise-us %s (want COMPUTE_US:HOST_US:LOADER_US, each >= 0)", optarg);
+            break;
         case 'S': {
             struct split_cfg *s = &c->splits[c->nsplits];
             unsigned long long bytes;
@@ -221,7 +227,7 @@ struct rank {
 /* What one step does, worked out before it starts. */
 struct plan {
     int step, n_fwd, n_bwd;
-    double kernel_us, host_per_kernel, slow;
+    double kernel_us, host_per_kernel, loader_us, slow; /* healthy work, with any --noise-us drawn */
     double link_rank, link_nic; /* slow_link / slow_nic factors this step (1.0: healthy) */
     uint64_t bucket_count;
     int desync; /* a desync fault fires: desync_rank issues the first bucket */
@@ -255,7 +261,7 @@ SIM_PHASE static void setup(struct rank *r) {
 
 /* The data-loader wait (off-CPU), then any dataloader_stall fault. */
 SIM_PHASE static void fetch_batch(const struct cfg *c, const struct plan *p) {
-    wait_off_cpu(c->loader_us / 1000.0);
+    wait_off_cpu(p->loader_us / 1000.0);
     for (int i = 0; i < c->nfaults; i++)
         if (p->fired[i] > 0 && c->faults[i].kind == F_DATALOADER_STALL) stall_dataloader(p->fired[i]);
 }
@@ -346,8 +352,9 @@ SIM_PHASE static int64_t optimizer_step(struct rank *r) {
 static void plan_step(const struct cfg *c, int step, struct plan *p, char *causes, size_t size) {
     *p = (struct plan){.step = step, .n_fwd = c->kernels / 3, .slow = 1.0, .link_rank = 1.0, .link_nic = 1.0};
     p->n_bwd = c->kernels - p->n_fwd;
-    p->kernel_us = c->compute_us / c->kernels;
-    p->host_per_kernel = c->host_us / c->kernels;
+    p->kernel_us = (c->compute_us + healthy_noise_us(c, step, 0)) / c->kernels;
+    p->host_per_kernel = (c->host_us + healthy_noise_us(c, step, 1)) / c->kernels;
+    p->loader_us = c->loader_us + healthy_noise_us(c, step, 2);
     p->bucket_count = c->allreduce_bytes / (uint64_t)c->buckets / 2; /* bf16 elements */
     for (int i = 0; i < c->nfaults; i++) {
         p->fired[i] = fault_ms_at(&c->faults[i], i, c->rank, step, c->seed);

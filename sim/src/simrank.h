@@ -95,6 +95,7 @@ struct cfg {
     int buckets;
     int malloc_every;
     unsigned seed;
+    double noise_us[3]; /* healthy jitter: compute, host, loader; + uniform [0, max) per rank and step */
     int dlopen_delay_ms;
     struct split_cfg splits[MAX_SPLITS];
     int nsplits;
@@ -109,6 +110,7 @@ int fault_scheduled(const struct fault *f, int step);  /* a delay or link fault'
 double fault_ms_at(const struct fault *f, int index, int rank, int step, unsigned seed);
 int fault_fires(const struct fault *f, int step); /* a failure kind: 1 at its one step */
 void log_failure(const struct fault *f, int step); /* the `fault KIND STEP VALUE` line */
+double healthy_noise_us(const struct cfg *c, int step, int which); /* which: 0 compute, 1 host, 2 loader */
 void wait_off_cpu(double ms);
 /* The fault injectors, each its own frame in a stack walk (SIM_PHASE): */
 void stall_dataloader(double ms);

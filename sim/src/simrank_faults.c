@@ -95,6 +95,15 @@ double fault_ms_at(const struct fault *f, int index, int rank, int step, unsigne
     return ms > 0 ? ms : 0;
 }
 
+/* Healthy jitter (--noise-us): uniform in [0, max) us, a function of (seed, rank, step, which) only, so a
+ * scenario's noise is the same on every run and in both rank programs (pyrank_lib.healthy_noise_us). */
+double healthy_noise_us(const struct cfg *c, int step, int which) {
+    if (c->noise_us[which] <= 0) return 0;
+    uint64_t h = mix(((uint64_t)c->seed << 40) ^ ((uint64_t)(unsigned)c->rank << 24) ^ (uint64_t)(unsigned)step ^
+                     ((uint64_t)(which + 1) << 56));
+    return c->noise_us[which] * ((double)(h >> 11) / (double)(1ULL << 53));
+}
+
 int fault_fires(const struct fault *f, int step) {
     return (f->kind == F_HANG || f->kind == F_CRASH || f->kind == F_DESYNC) && step == f->start_step;
 }
