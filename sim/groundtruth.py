@@ -60,6 +60,9 @@ class RankLog:
     hang's ms, 0 for good; a crash's exit status; 0 for a desync)."""
     links: dict[int, tuple[float, float]] = field(default_factory=dict)
     """step -> (rank factor, NIC factor) of the slow_link faults that fired on this rank there."""
+    colls: dict[tuple[int, str, int], int] = field(default_factory=dict)
+    """(step, communicator, bucket) -> wall-clock ns the rank called that all-reduce (``coll`` lines, only
+    logged when a fault chose its collective with comm/bucket)."""
 
     @property
     def finished(self) -> bool:
@@ -92,6 +95,8 @@ def parse_rank_log(text: str, rank: int) -> RankLog:
             log.failures.append((parts[1], int(parts[2]), float(parts[3])))
         elif parts[0] == "link" and len(parts) == 4:
             log.links[int(parts[1])] = (float(parts[2]), float(parts[3]))
+        elif parts[0] == "coll" and len(parts) == 5:
+            log.colls[(int(parts[1]), parts[2], int(parts[3]))] = int(parts[4])
         elif parts[0] == "done" and len(parts) == 2:
             log.done_ns = int(parts[1])
     return log
@@ -148,6 +153,26 @@ def fired_steps(scenario: Scenario, fault: Fault, logs: dict[int, RankLog]) -> l
         return sorted({s for r in struck for s, fac in logs[r].links.items() if max(fac) >= fault.factor})
     logged = {rec.step for r in struck for rec in logs[r].steps if fault.kind in (k for k, _ in rec.causes)}
     return [s for s in fault.fire_steps(scenario.steps) if s in logged]
+
+
+def late_at(scenario: Scenario, fault: Fault, logs: dict[int, RankLog]) -> list[dict[str, Any]]:
+    """For a fault that chose its collective (``comm``/``bucket``): at each step it fired, how late each of
+    its ranks called that all-reduce against the median of its group's members the fault spared."""
+    comm, bucket = fault.comm or "world", fault.bucket or 0
+    struck = scenario.fault_ranks(fault)
+    groups = [c["members"] for c in communicator_members(logs) if c["name"] == comm]
+    out = []
+    for step in fired_steps(scenario, fault, logs):
+        for rank in struck:
+            members = next((g for g in groups if rank in g), [rank])
+            calls = {m: logs[m].colls.get((step, comm, bucket)) for m in members}
+            spared = [ns for m, ns in calls.items() if ns is not None and m not in struck]
+            mine = calls[rank]
+            if mine is None or not spared:
+                continue  # it never called it (a crash, a hang for good), or nobody spared to compare with
+            late = _ms(mine - statistics.median(spared))
+            out.append({"step": step, "rank": rank, "comm": comm, "bucket": bucket, "late_by_ms": late})
+    return out
 
 
 BUS_GBPS, LAT_US = 80.0, 20.0
@@ -307,6 +332,9 @@ def build_ground_truth(
                 "end_step": f.end_step,
                 "steps": list(f.steps) or None,
                 "fired_steps": fired_steps(scenario, f, logs),
+                "comm": f.comm,
+                "bucket": f.bucket,
+                **({"late_at": late_at(scenario, f, logs)} if f.comm or f.bucket is not None else {}),
                 "jitter": f.jitter,
                 **site(f.kind),
                 **({"status": f.status} if f.kind == "crash" else {}),

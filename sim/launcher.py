@@ -134,8 +134,10 @@ def rank_argv(
         ]
     for f in scenario.faults:
         if f.targets(rank, node.id):
-            argv += ["--fault", f.spec()]
+            argv += ["--fault", f.spec(tuple(c.name for c in scenario.communicators))]
     argv += scenario.jitter.argv()
+    if any(f.comm is not None or f.bucket is not None for f in scenario.faults):
+        argv += ["--log-collectives"]  # every rank: the ground truth's lateness at the chosen collective
     if scenario.load == "dlopen":
         argv += ["--lib-dir", str(lib_dir), "--dlopen-delay-ms", str(scenario.dlopen_delay_ms)]
     return argv

@@ -106,6 +106,10 @@ class Fault:
     """A periodic fault's last possible step (inclusive); None: until the run ends."""
     steps: tuple[int, ...] = ()
     """An explicit list of the steps it fires at, instead of start_step/every/end_step (sorted)."""
+    comm: str | None = None
+    """Strike before this communicator's all-reduce ("world" or a split's name; None: the world's)."""
+    bucket: int | None = None
+    """Strike before this world gradient bucket's all-reduce (None: the step's first, bucket 0)."""
 
     @property
     def first_step(self) -> int:
@@ -132,21 +136,16 @@ class Fault:
         """The steps of a ``steps``-step run it fires at."""
         return [k for k in range(steps) if self.fires_at(k)]
 
-    def spec(self) -> str:
+    def spec(self, splits: tuple[str, ...] = ()) -> str:
         """The ``--fault`` argument simrank parses (a crash carries its exit status in the ms slot, a
         slow_link its factor; on a node a slow_link is simrank's ``slow_nic``: inter-node only)."""
+        from rankecho.sim.scenario_faults import spec_tail  # (it imports this module)
+
         if self.kind == "slow_link":
             kind = "slow_nic" if self.node is not None else "slow_link"
-            return f"{kind}:{self.factor}:{self.every}:{self.start_step}:0{self._schedule_spec()}"
+            return f"{kind}:{self.factor}:{self.every}:{self.start_step}:0{spec_tail(self, splits)}"
         ms = self.status if self.kind == "crash" else self.ms
-        return f"{self.kind}:{ms}:{self.every}:{self.start_step}:{self.jitter}{self._schedule_spec()}"
-
-    def _schedule_spec(self) -> str:
-        """The optional ``:END_STEP[:S1,S2,...]`` tail (END_STEP -1: none); empty when neither is set."""
-        if not self.steps and self.end_step is None:
-            return ""
-        end = -1 if self.end_step is None else self.end_step
-        return f":{end}" + (":" + ",".join(map(str, self.steps)) if self.steps else "")
+        return f"{self.kind}:{ms}:{self.every}:{self.start_step}:{self.jitter}{spec_tail(self, splits)}"
 
 
 @dataclass(frozen=True)

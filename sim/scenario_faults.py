@@ -12,15 +12,70 @@ from __future__ import annotations
 
 from typing import Any
 
-from rankecho.sim.scenario import Scenario, ScenarioError
+from rankecho.sim.scenario import Fault, Scenario, ScenarioError
 from rankecho.sim.scenario import _number as number
 
 MAX_LISTED_STEPS = 64
 """At most this many entries in one fault's ``steps`` (the rank programs hold them in a fixed array)."""
 
 
+SELECTABLE = ("host_compute", "cpu_contention", "memcpy_stall", "hang", "crash")
+"""The kinds that strike right before a collective, so ``comm``/``bucket`` can choose which one."""
+
+
+def spec_tail(f: Fault, splits: tuple[str, ...]) -> str:
+    """The ``--fault`` spec's optional ``:END[:STEPS[:COMM[:BUCKET]]]`` tail, as short as the settings allow:
+    END -1 for none, STEPS ``-`` for none or ``S1,S2,...``, COMM -1 for the world or the split's index in
+    ``splits`` (the --split order), BUCKET the world bucket (0: the first)."""
+    comm = -1 if f.comm in (None, "world") else splits.index(f.comm)
+    parts = [str(-1 if f.end_step is None else f.end_step), ",".join(map(str, f.steps)) or "-", str(comm),
+             str(f.bucket or 0)]  # fmt: skip
+    defaults = ["-1", "-", "-1", "0"]
+    while parts and parts[-1] == defaults[len(parts) - 1]:
+        parts.pop()
+    return "".join(f":{p}" for p in parts)
+
+
+def _selector_fields(where: str, d: dict[str, Any]) -> None:
+    """``comm`` (a name, checked against the communicators later) and ``bucket``: only on the kinds that
+    strike before a collective."""
+    for key in ("comm", "bucket"):
+        if key in d and d["kind"] not in SELECTABLE:
+            raise ScenarioError(
+                f"{where}.{key}: a {d['kind']} does not strike before a collective, so it cannot choose one; "
+                f"remove {key} (it works on {', '.join(SELECTABLE)})"
+            )
+    if "comm" in d and not isinstance(d["comm"], str):
+        raise ScenarioError(f"{where}.comm: need a communicator name ('world' or a communicators[] name)")
+    if "bucket" in d:
+        d["bucket"] = number(f"{where}.bucket", d["bucket"], integer=True)
+        if d.get("comm", "world") != "world":
+            raise ScenarioError(f"{where}.bucket: only the world all-reduce is bucketed; remove bucket or "
+                                f"comm: {d['comm']}")  # fmt: skip
+
+
+def check_selectors(sc: Scenario) -> None:
+    """Refuse a ``comm`` that names no communicator, a ``bucket`` past the step's buckets, and either in
+    the Python rank (the C rank only)."""
+    names = ["world", *(c.name for c in sc.communicators)]
+    for i, f in enumerate(sc.faults):
+        if f.comm is None and f.bucket is None:
+            continue
+        if sc.program != "c":
+            raise ScenarioError(f"faults[{i}]: only the C rank simulates comm/bucket; use program: c")
+        if f.comm is not None and f.comm not in names:
+            raise ScenarioError(f"faults[{i}].comm: {f.comm!r} is not one of the communicators {names}")
+        if f.bucket is not None and f.bucket >= sc.step.buckets:
+            raise ScenarioError(
+                f"faults[{i}].bucket: {f.bucket} is past the step's last bucket ({sc.step.buckets - 1}); "
+                f"use a bucket < {sc.step.buckets} or raise step.buckets"
+            )
+
+
 def schedule_fields(where: str, d: dict[str, Any], steps: int) -> None:
-    """Validate ``end_step`` and ``steps`` in place (``steps``: the scenario's step count, 0 if unknown)."""
+    """Validate ``end_step`` and ``steps`` in place (``steps``: the scenario's step count, 0 if unknown),
+    and the ``comm``/``bucket`` selectors."""
+    _selector_fields(where, d)
     last = f"the last step ({steps - 1})"
     if "steps" in d:
         clash = [k for k in ("start_step", "every", "end_step") if k in d]
@@ -88,6 +143,7 @@ def failure_fields(where: str, d: dict[str, Any], world: int) -> None:
 def check_failures(sc: Scenario) -> None:
     """Refuse what a crash or a hang for good makes impossible: a later fault on the same rank, or an
     agent that would only start (or restart) after every rank passed a step some rank never finishes."""
+    check_selectors(sc)
     for i, f in enumerate(sc.faults):
         if not f.ends_rank:
             continue

@@ -1,6 +1,7 @@
-"""When a simulated fault fires: ``end_step`` ends a periodic fault, ``steps`` lists its steps. Settings that
-could never take effect are refused with the fix; the rank program (run by the launcher, without agents)
-fires each fault at exactly its steps, and the ground truth lists those steps."""
+"""When and where a simulated fault fires: ``end_step`` ends a periodic fault, ``steps`` lists its steps,
+``comm``/``bucket`` choose the collective it strikes before. Settings that could never take effect are
+refused with the fix; the rank programs (run by the launcher, without agents) fire each fault at exactly its
+steps and collective, and the ground truth lists those steps and the lateness there."""
 
 from __future__ import annotations
 
@@ -91,3 +92,46 @@ def test_the_rank_programs_fire_each_fault_at_exactly_its_steps(tmp_path: Path, 
     if program == "c":
         [link] = run.truth["links"]
         assert link["steps"] == expected["slow_link"]
+
+
+SPLIT = [{"name": "tp", "group_size": 2}]
+
+
+@pytest.mark.parametrize(
+    ("fault", "extra", "msg"),
+    [
+        ({**DELAY, "comm": "pp"}, {}, "faults[0].comm: 'pp' is not one of the communicators ['world', 'tp']"),
+        ({**DELAY, "bucket": 2}, {"step": {"buckets": 2}}, "bucket: 2 is past the step's last bucket (1)"),
+        ({**DELAY, "bucket": 0, "comm": "tp"}, {}, "only the world all-reduce is bucketed; remove bucket"),
+        ({"rank": 1, "kind": "alloc_stall", "ms": 5, "comm": "tp"}, {}, "does not strike before a"),
+        ({"rank": 1, "kind": "desync", "bucket": 0}, {}, "a desync does not strike before a collective"),
+        ({**DELAY, "comm": 3}, {}, "comm: need a communicator name"),
+        ({**DELAY, "comm": "tp"}, {"program": "python"}, "only the C rank simulates comm/bucket"),
+    ],
+)
+def test_selectors_that_choose_no_collective_are_refused(fault: dict[str, Any], extra: dict[str, Any],
+                                                         msg: str) -> None:  # fmt: skip
+    raw = {"cluster_id": "t", "steps": 20, "faults": [fault], "communicators": SPLIT,
+           "nodes": [{"id": "n0", "ranks": 2}, {"id": "n1", "ranks": 2}], **extra}  # fmt: skip
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario(raw)
+    assert msg in str(e.value)
+
+
+def test_a_fault_strikes_before_the_collective_it_chose(tmp_path: Path) -> None:
+    s = load_scenario(FORMAT / "collective-selectors.yaml")
+    assert [f.spec(("tp",)) for f in s.faults] == ["host_compute:60.0:3:1:0.0:-1:-:-1:2",
+                                                   "memcpy_stall:60.0:1:2:0.0:-1:2,8:0"]  # fmt: skip
+    run = run_scenario(s, LaunchOptions(run_dir=tmp_path, progress=None, timeout_s=120))
+    assert run.returncode == 0 and run.truth is not None
+    bucket, tp = run.truth["faults"]
+    assert (bucket["comm"], bucket["bucket"], bucket["fired_steps"]) == (None, 2, [1, 4, 7, 10])
+    assert (tp["comm"], tp["bucket"], tp["fired_steps"]) == ("tp", None, [2, 8])
+    for fault, rank, where in ((bucket, 1, ("world", 2)), (tp, 2, ("tp", 0))):
+        assert [(e["step"], e["rank"], (e["comm"], e["bucket"])) for e in fault["late_at"]] == [
+            (k, rank, where) for k in fault["fired_steps"]]
+        assert all(e["late_by_ms"] > 40 for e in fault["late_at"]), fault["late_at"]
+        # the step's first all-reduce came before the fault: the rank entered it on time
+        first = [r["entered_late_by_ms"] for k in run.truth["per_step"] for r in k["ranks"]
+                 if r["rank"] == rank and k["step"] in fault["fired_steps"]]  # fmt: skip
+        assert max(first) < 30, first

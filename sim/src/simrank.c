@@ -13,6 +13,7 @@
  *   rank R world W local L node NODE pid PID tid TID start PROCESS_START
  *   comm NAME HASH RANK_IN_COMM COMM_SIZE
  *   step K START ENTER END SYNC_WAIT LOADER ALLOC FWD_SYNC GPU_ARRIVE CAUSES
+ *   coll K COMM BUCKET CALL_NS        (--log-collectives: before each all-reduce, after its faults)
  *
  * ENTER is when the step's first all-reduce was called, SYNC_WAIT how long the final stream sync
  * blocked, LOADER/ALLOC/FWD_SYNC the time spent fetching the batch, in cudaMalloc/cudaFree, and
@@ -104,7 +105,7 @@ static void parse(int argc, char **argv, struct cfg *c) {
         {"kernels", 1, 0, 'k'}, {"allreduce-bytes", 1, 0, 'b'}, {"buckets", 1, 0, 'B'},
         {"malloc-every", 1, 0, 'm'}, {"split", 1, 0, 'S'}, {"fault", 1, 0, 'f'}, {"log", 1, 0, 'L'},
         {"seed", 1, 0, 'r'}, {"lib-dir", 1, 0, 'd'}, {"dlopen-delay-ms", 1, 0, 'D'}, {"noise-us", 1, 0, 'N'},
-        {0, 0, 0, 0}};
+        {"log-collectives", 0, 0, 'C'}, {0, 0, 0, 0}};
     static const char *log_path;
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -121,6 +122,7 @@ static void parse(int argc, char **argv, struct cfg *c) {
         case 'd': c->lib_dir = optarg; break;
         case 'D': c->dlopen_delay_ms = atoi(optarg); break;
         case 'L': log_path = optarg; break;
+        case 'C': c->log_colls = 1; break;
         case 'N':
             if (sscanf(optarg, "%lf:%lf:%lf", &c->noise_us[0], &c->noise_us[1], &c->noise_us[2]) != 3 ||
                 c->noise_us[0] < 0 || c->noise_us[1] < 0 || c->noise_us[2] < 0)
@@ -288,11 +290,13 @@ SIM_PHASE static int64_t forward(struct rank *r, const struct plan *p) {
     return sim_realtime_ns() - fwd_sync;
 }
 
-/* Faults that strike right before the step's first collective. */
-SIM_PHASE static void before_collective(const struct rank *r, const struct plan *p) {
+/* Faults that strike right before a collective: the world's bucket `bucket` (comm -1) or split `comm`'s
+ * all-reduce (the step's first collective unless a fault chose another); then its `coll` log line. */
+SIM_PHASE static void before_collective(const struct rank *r, const struct plan *p, int comm, int bucket) {
     const struct cfg *c = &r->c;
     for (int i = 0; i < c->nfaults; i++) {
         const struct fault *f = &c->faults[i];
+        if (f->comm != comm || f->bucket != bucket) continue;
         if (fault_fires(f, p->step) && f->kind == F_HANG) hang_rank(f, p->step);
         if (fault_fires(f, p->step) && f->kind == F_CRASH) crash_rank(f, p->step);
         if (p->fired[i] <= 0) continue;
@@ -300,6 +304,9 @@ SIM_PHASE static void before_collective(const struct rank *r, const struct plan 
         if (f->kind == F_CPU_CONTENTION) contend_cpu(p->fired[i]);
         if (f->kind == F_MEMCPY_STALL) stall_memcpy(&r->a, r->batch, p->fired[i]);
     }
+    if (c->log_colls)
+        printf("coll %d %s %d %lld\n", p->step, comm < 0 ? "world" : c->splits[comm].name, bucket,
+               (long long)sim_realtime_ns());
 }
 
 /* desync: log it, then issue the step's first collective with twice the byte count. */
@@ -319,8 +326,8 @@ SIM_PHASE static int64_t backward(struct rank *r, const struct plan *p) {
     for (int k = 0, b = 0; k < p->n_bwd; k++) {
         launch(a, kernel_bwd, p->kernel_us, p->host_per_kernel, r->stream);
         for (; b < (k + 1) * c->buckets / p->n_bwd; b++) { /* bucket b's gradients are ready */
+            before_collective(r, p, -1, b);
             if (b == 0) {
-                before_collective(r, p);
                 enter = sim_realtime_ns();
                 check(a->cudaEventRecord(r->coll_event, r->stream), "cudaEventRecord");
                 if (p->desync) {
@@ -332,10 +339,12 @@ SIM_PHASE static int64_t backward(struct rank *r, const struct plan *p) {
                   "ncclAllReduce");
         }
     }
-    for (int i = 0; i < c->nsplits; i++)
+    for (int i = 0; i < c->nsplits; i++) {
+        before_collective(r, p, i, 0);
         check(a->ncclAllReduce(r->batch, r->batch, c->splits[i].bytes / 2, ncclBfloat16, ncclSum, r->subs[i],
                                r->stream),
               "ncclAllReduce");
+    }
     return enter;
 }
 

@@ -71,6 +71,8 @@ struct fault {
     int end_step;                /* last step a periodic fault may fire at (-1: none) */
     int nsteps;                  /* > 0: it fires exactly at steps[0..nsteps) instead */
     int steps[MAX_FAULT_STEPS];
+    int comm, bucket;            /* strikes before this collective: comm -1 the world's bucket `bucket`,
+                                    else split `comm`'s all-reduce (hang, crash and the pre-collective delays) */
 };
 
 #define MAX_FAULTS 16
@@ -97,6 +99,7 @@ struct cfg {
     unsigned seed;
     double noise_us[3]; /* healthy jitter: compute, host, loader; + uniform [0, max) per rank and step */
     int dlopen_delay_ms;
+    int log_colls; /* --log-collectives: a `coll` line at every collective call */
     struct split_cfg splits[MAX_SPLITS];
     int nsplits;
     struct fault faults[MAX_FAULTS];
@@ -105,7 +108,8 @@ struct cfg {
 
 /* simrank_faults.c */
 const char *fault_name(enum fault_kind k);
-int fault_parse(const char *spec, struct fault *out); /* "kind:ms:every:start_step:jitter_ms[:end[:s1,s2..]]" */
+/* "kind:ms:every:start_step:jitter_ms[:end[:s1,s2..|-[:comm[:bucket]]]]" */
+int fault_parse(const char *spec, struct fault *out);
 int fault_scheduled(const struct fault *f, int step);  /* a delay or link fault's schedule includes `step` */
 double fault_ms_at(const struct fault *f, int index, int rank, int step, unsigned seed);
 int fault_fires(const struct fault *f, int step); /* a failure kind: 1 at its one step */

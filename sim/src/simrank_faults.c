@@ -38,16 +38,36 @@ static const char *const NAMES[F_NKINDS] = {"host_compute", "dataloader_stall", 
 
 const char *fault_name(enum fault_kind k) { return (unsigned)k < F_NKINDS ? NAMES[k] : "?"; }
 
-/* The optional schedule tail ":END[:S1,S2,...]" (END -1: none); 0 when well-formed. */
-static int parse_schedule(const char *tail, struct fault *f) {
+/* A whole decimal integer >= lo; 0 when `text` is one. */
+static int parse_int(const char *text, int lo, int *out) {
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end != '\0' || v < lo || v > 1000000000L) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* The optional tail ":END[:STEPS[:COMM[:BUCKET]]]" (END -1: none; STEPS "-" or "S1,S2,..."; COMM -1: the
+ * world, else a split's index; BUCKET a world bucket); 0 when well-formed. */
+static int parse_tail(const char *tail, struct fault *f) {
+    char buf[1024], *field[4] = {0};
     int n = 0;
     if (*tail == '\0') return 0;
-    if (sscanf(tail, ":%d%n", &f->end_step, &n) != 1 || f->end_step < -1) return -1;
-    for (tail += n; *tail != '\0'; tail += n) {
-        if (f->nsteps == MAX_FAULT_STEPS || sscanf(tail + 1, "%d%n", &f->steps[f->nsteps], &n) != 1) return -1;
-        if (*tail != (f->nsteps ? ',' : ':') || f->steps[f->nsteps++] < 0) return -1;
-        n++;
+    if (*tail != ':' || strlen(tail) >= sizeof buf) return -1;
+    strcpy(buf, tail + 1);
+    for (char *p = buf; p != NULL && n < 5; n++) {
+        if (n == 4) return -1; /* a fifth field */
+        field[n] = p;
+        if ((p = strchr(p, ':')) != NULL) *p++ = '\0';
     }
+    if (parse_int(field[0], -1, &f->end_step) != 0) return -1;
+    if (field[1] != NULL && strcmp(field[1], "-") != 0) {
+        for (char *save = NULL, *s = strtok_r(field[1], ",", &save); s; s = strtok_r(NULL, ",", &save))
+            if (f->nsteps == MAX_FAULT_STEPS || parse_int(s, 0, &f->steps[f->nsteps++]) != 0) return -1;
+        if (f->nsteps == 0) return -1;
+    }
+    if (field[2] != NULL && (parse_int(field[2], -1, &f->comm) != 0 || f->comm >= MAX_SPLITS)) return -1;
+    if (field[3] != NULL && parse_int(field[3], 0, &f->bucket) != 0) return -1;
     return 0;
 }
 
@@ -59,8 +79,8 @@ int fault_parse(const char *spec, struct fault *out) {
     for (int k = 0; k < F_NKINDS; k++) {
         if (strcmp(kind, NAMES[k]) == 0) {
             if (ms < 0 || every < 1 || start < 0 || jitter < 0) return -1;
-            *out = (struct fault){(enum fault_kind)k, ms, jitter, every, start, .end_step = -1};
-            return parse_schedule(spec + n, out);
+            *out = (struct fault){(enum fault_kind)k, ms, jitter, every, start, .end_step = -1, .comm = -1};
+            return parse_tail(spec + n, out);
         }
     }
     return -1;
