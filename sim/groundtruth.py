@@ -221,10 +221,12 @@ def slow_links(scenario: Scenario, logs: dict[int, RankLog]) -> list[dict[str, A
 
 
 def build_ground_truth(
-    scenario: Scenario, logs: dict[int, RankLog], observed: list[dict[str, Any]] | None = None
+    scenario: Scenario, logs: dict[int, RankLog], observed: list[dict[str, Any]] | None = None,
+    clocks: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The ground-truth document (see docs/sim.md for its fields). ``observed``: the spans each node's
-    agents saw ({node_id, from_ns, to_ns}, wall clock), when agents ran."""
+    agents saw ({node_id, from_ns, to_ns}, wall clock), when agents ran; ``clocks``: the drifting or
+    stepped nodes' clock fields (sim/clocks.py)."""
     def site(kind: str) -> dict[str, str | None]:
         """Where a fault of ``kind`` ran in this scenario's rank program (sim/faultsites.py)."""
         if kind not in FAULT_SITES:  # slow_link: no function of the rank's, the transfer is slower
@@ -305,6 +307,7 @@ def build_ground_truth(
                 "node_id": n.id,
                 "ranks": [r for r, node, _ in scenario.rank_layout() if node is n],
                 "clock_offset_ns": n.clock_offset_ns,
+                **(clocks or {}).get(n.id, {}),
             }
             for n in scenario.nodes
         ],

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from rankecho.sim.clocks import ClockStep, check_clock_steps, node_clock_fields
 from rankecho.sim.scenario_noise import Jitter, parse_jitter
 
 DELAY_KINDS = ("host_compute", "dataloader_stall", "cpu_contention", "slow_gpu", "alloc_stall",
@@ -79,6 +80,9 @@ class Node:
     """This node's agent attaches once every rank finished this step (None: the scenario's setting)."""
     agent_restart_after_step: int = 0
     """K > 0: this node's agent is killed (kill -9) once every rank finished step K, and started again."""
+    clock_drift_ppm: float = 0.0
+    clock_step: ClockStep | None = None
+    """The offset drifts by ``clock_drift_ppm`` of true time and steps once (sim/clocks.py)."""
 
     @property
     def clock_offset_ns(self) -> int:
@@ -262,6 +266,7 @@ def _node(i: int, raw: Any, seen: set[str]) -> Node:
     for key in ("agent_start_after_step", "agent_restart_after_step"):
         if key in d:
             d[key] = _number(f"nodes[{i}].{key}", d[key], integer=True)
+    node_clock_fields(f"nodes[{i}]", d)
     return Node(**d)
 
 
@@ -326,23 +331,6 @@ def _fault(i: int, raw: Any, world: int, steps: int, node_ids: set[str]) -> Faul
     return fault
 
 
-def _program(d: dict[str, Any]) -> None:
-    """The rank program and its build: refuse the combinations no build provides."""
-    d["program"] = _choice("program", d.get("program", "c"), PROGRAMS)
-    if d.get("python") is not None:
-        if not isinstance(d["python"], str):
-            raise ScenarioError(f'python: quote the version (python: "3.10"); YAML read {d["python"]!r}')
-        if d["program"] != "python":
-            raise ScenarioError("python: only the Python rank runs under an interpreter; add program: python")
-        d["python"] = _choice("python", str(d["python"]), PYTHONS)
-    if d.get("frame_pointers", True) is False:
-        if d["program"] != "c":
-            raise ScenarioError("frame_pointers: false selects the C rank's no-frame-pointer build; "
-                                "drop it for program: python")
-        if d.get("load", "linked") != "linked":
-            raise ScenarioError("frame_pointers: false has a linked build only; drop load: dlopen")
-
-
 def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
     """Validate a parsed YAML document into a ``Scenario``."""
     d = _fields(name, raw, Scenario, ("cluster_id", "nodes"))
@@ -375,7 +363,9 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
     for key in ("endbr", "frame_pointers"):
         if not isinstance(d.get(key, False), bool):
             raise ScenarioError(f"{key}: expected true or false")
-    _program(d)
+    from rankecho.sim.programs import program_fields  # (it imports this module)
+
+    program_fields(d)
     d["straggler_threshold_ms"] = float(
         _number("straggler_threshold_ms", d.get("straggler_threshold_ms", 50.0), positive=True)
     )
@@ -386,6 +376,7 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
     from rankecho.sim.scenario_links import check_links  # (they import this module)
 
     check_failures(scenario)
+    check_clock_steps(scenario)
 
     check_links(scenario)
     return scenario
