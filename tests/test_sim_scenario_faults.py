@@ -135,3 +135,15 @@ def test_a_fault_strikes_before_the_collective_it_chose(tmp_path: Path) -> None:
         first = [r["entered_late_by_ms"] for k in run.truth["per_step"] for r in k["ranks"]
                  if r["rank"] == rank and k["step"] in fault["fired_steps"]]  # fmt: skip
         assert max(first) < 30, first
+
+
+def test_the_evaluation_table_says_when_and_where_a_fault_fires() -> None:
+    from rankecho.evaluate import describe
+
+    text = {p.stem: describe(load_scenario(p)) for p in FORMAT.glob("*.yaml")}
+    assert "host_compute 60 ms on rank 1 every 3 until step 10" in text["fault-schedules"]
+    assert "dataloader_stall 60 ms on rank 2 at steps 5, 6, 15" in text["fault-schedules"]
+    assert "on rank 1 every 3 before bucket 2; memcpy_stall 60 ms on rank 2 at steps 2, 8 before tp" in text[
+        "collective-selectors"]
+    assert "node-b:2 clock +3 ms drift +500 ppm clock step +40 ms after step 20" in text["clock-drift"]
+    assert "step 6 ms + jitter 12/1/20 ms; no fault" in text["healthy-jitter"]
