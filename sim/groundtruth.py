@@ -171,7 +171,8 @@ def late_at(scenario: Scenario, fault: Fault, logs: dict[int, RankLog]) -> list[
             if mine is None or not spared:
                 continue  # it never called it (a crash, a hang for good), or nobody spared to compare with
             late = _ms(mine - statistics.median(spared))
-            out.append({"step": step, "rank": rank, "comm": comm, "bucket": bucket, "late_by_ms": late})
+            out.append({"step": step, "rank": rank, "comm": comm, "bucket": bucket, "late_by_ms": late,
+                        "call_ns": mine})  # fmt: skip
     return out
 
 
@@ -237,6 +238,9 @@ def build_ground_truth(
     for rank, log in logs.items():
         for rec in log.steps:
             by_step.setdefault(rec.step, {})[rank] = rec
+    chosen = {i: late_at(scenario, f, logs) for i, f in enumerate(scenario.faults)
+              if f.comm is not None or f.bucket is not None}  # fmt: skip
+    late_there = {(e["step"], e["rank"]): e["late_by_ms"] for entries in chosen.values() for e in entries}
     steps_out: list[dict[str, Any]] = []
     for step in sorted(by_step):
         recs = by_step[step]
@@ -260,6 +264,7 @@ def build_ground_truth(
                     "alloc_ms": _ms(r.alloc_ns),
                     "fwd_sync_ms": _ms(r.fwd_sync_ns),
                     "step_ms": _ms(r.end_ns - r.start_ns),
+                    **({"chosen_late_by_ms": late_there[(step, rank)]} if (step, rank) in late_there else {}),
                     "cause": r.causes[0][0] if r.causes else None,
                     "injected": [{"kind": k, "ms": ms, **site(k)} for k, ms in r.causes],
                 }
@@ -273,7 +278,8 @@ def build_ground_truth(
                 **(site(e["cause"]) if e["cause"] else {"function": None, "frame": None}),
             }
             for e in ranks
-            if max(e["entered_late_by_ms"], e["gpu_late_by_ms"]) >= scenario.straggler_threshold_ms
+            if max(e["entered_late_by_ms"], e["gpu_late_by_ms"], e.get("chosen_late_by_ms", 0.0))
+            >= scenario.straggler_threshold_ms
         ]
         steps_out.append(
             {
@@ -337,13 +343,13 @@ def build_ground_truth(
                 "fired_steps": fired_steps(scenario, f, logs),
                 "comm": f.comm,
                 "bucket": f.bucket,
-                **({"late_at": late_at(scenario, f, logs)} if f.comm or f.bucket is not None else {}),
+                **({"late_at": chosen[i]} if i in chosen else {}),
                 "jitter": f.jitter,
                 **site(f.kind),
                 **({"status": f.status} if f.kind == "crash" else {}),
                 **({"factor": f.factor} if f.kind == "slow_link" else {}),
             }
-            for f in scenario.faults
+            for i, f in enumerate(scenario.faults)
         ],
         "failures": failures(logs),
         "links": slow_links(scenario, logs),

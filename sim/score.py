@@ -67,7 +67,8 @@ def lateness(truth: dict[str, Any]) -> dict[tuple[int, int], tuple[float, str | 
     out: dict[tuple[int, int], tuple[float, str | None]] = {}
     for s in truth["per_step"]:
         for r in s.get("ranks") or s["stragglers"]:
-            late = max(r["entered_late_by_ms"], r.get("gpu_late_by_ms", r["entered_late_by_ms"]))
+            late = max(r["entered_late_by_ms"], r.get("gpu_late_by_ms", r["entered_late_by_ms"]),
+                       r.get("chosen_late_by_ms", r["entered_late_by_ms"]))  # a fault's chosen collective
             out[(s["step"], r["rank"])] = (late, r["cause"])
     return out
 
@@ -145,6 +146,9 @@ def predictions_from(truth: dict[str, Any], diagnosis: dict[str, Any]) -> list[P
     for s in truth["per_step"]:
         for r in s["ranks"]:
             calls.setdefault(r["rank"], []).append((r["enter_ns"], s["step"]))
+    for f in truth["faults"]:  # a fault that chose a later collective: the rank is late at that call
+        for e in f.get("late_at") or []:
+            calls.setdefault(e["rank"], []).append((e["call_ns"], e["step"]))
     steps_ms = sorted(r["step_ms"] for s in truth["per_step"] for r in s["ranks"])
     half_step_ns = (steps_ms[len(steps_ms) // 2] if steps_ms else 100.0) * 1e6 / 2
     out: list[Prediction] = []

@@ -13,6 +13,7 @@ import pytest
 
 from rankecho.sim.launcher import LaunchOptions, run_scenario
 from rankecho.sim.scenario import ScenarioError, load_scenario, parse_scenario
+from rankecho.sim.score import predictions_from, score
 
 FORMAT = Path(__file__).resolve().parent.parent / "sim" / "scenarios" / "format"
 
@@ -130,11 +131,24 @@ def test_a_fault_strikes_before_the_collective_it_chose(tmp_path: Path) -> None:
     for fault, rank, where in ((bucket, 1, ("world", 2)), (tp, 2, ("tp", 0))):
         assert [(e["step"], e["rank"], (e["comm"], e["bucket"])) for e in fault["late_at"]] == [
             (k, rank, where) for k in fault["fired_steps"]]
-        assert all(e["late_by_ms"] > 40 for e in fault["late_at"]), fault["late_at"]
+        assert all(e["late_by_ms"] > 25 for e in fault["late_at"]), fault["late_at"]
         # the step's first all-reduce came before the fault: the rank entered it on time
         first = [r["entered_late_by_ms"] for k in run.truth["per_step"] for r in k["ranks"]
                  if r["rank"] == rank and k["step"] in fault["fired_steps"]]  # fmt: skip
         assert max(first) < 30, first
+        # ...yet it is a straggler of those steps, late at the collective its fault chose
+        for k in run.truth["per_step"]:
+            if k["step"] in fault["fired_steps"]:
+                row = next(r for r in k["ranks"] if r["rank"] == rank)
+                assert row["chosen_late_by_ms"] > 25 and rank in {x["rank"] for x in k["stragglers"]}
+    # a diagnosis naming each episode at the late call scores perfectly (sim/score.py maps it to its step)
+    diagnosis = {"clusters": [{"cluster_id": s.cluster_id, "reference_node": "node-a"}], "stragglers": [
+        {"cluster_id": s.cluster_id, "kind": "rank", "rank": f["late_at"][0]["rank"], "episodes": [
+            {"cause": cause, "timestamp_ns": e["call_ns"]} for e in f["late_at"]]}
+        for f, cause in ((bucket, "host_compute"), (tp, "memcpy"))]}  # fmt: skip
+    got = score(run.truth, predictions_from(run.truth, diagnosis))
+    assert (got.true_positives, got.false_positives, got.false_negatives) == (6, 0, 0)
+    assert got.cause_accuracy == 1.0
 
 
 def test_the_evaluation_table_says_when_and_where_a_fault_fires() -> None:
