@@ -97,7 +97,8 @@ class Fault:
         self.kind, self.ms, self.jitter = kind, float(ms), float(jitter)
         self.every, self.start = int(every), int(start)
         self.end = int(schedule[0]) if schedule else -1  # simrank_faults.c's schedule tail
-        self.steps = [int(s) for s in schedule[1].split(",")] if len(schedule) > 1 else []
+        listed = schedule[1] if len(schedule) > 1 else "-"  # comm/bucket (more fields): the C rank's only
+        self.steps = [int(s) for s in listed.split(",")] if listed != "-" else []
         if kind not in FAULT_KINDS or self.ms < 0 or self.every < 1 or self.start < 0 or self.jitter < 0:
             raise ValueError(spec)
         bad_steps = len(self.steps) > MAX_FAULT_STEPS or min([*self.steps, 0]) < 0

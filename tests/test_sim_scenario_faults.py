@@ -6,6 +6,7 @@ steps and collective, and the ground truth lists those steps and the lateness th
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +162,12 @@ def test_the_evaluation_table_says_when_and_where_a_fault_fires() -> None:
         "collective-selectors"]
     assert "node-b:2 clock +3 ms drift +500 ppm clock step +40 ms after step 20" in text["clock-drift"]
     assert "step 6 ms + jitter 12/1/20 ms; no fault" in text["healthy-jitter"]
+
+
+@pytest.mark.parametrize("tail", [":", ":-2", ":-1:x", ":-1:3,-4", ":-1:-:4", ":-1:-:-1:-3", ":-1:-:-1:0:9"])
+def test_the_rank_program_refuses_a_malformed_schedule_tail(tail: str) -> None:
+    spec = "host_compute:5:1:0:0" + tail
+    build = Path(__file__).resolve().parent.parent / "sim" / "build"
+    out = subprocess.run([str(build / "simrank"), "--steps", "1", "--fault", spec], capture_output=True,
+                         text=True, timeout=30, env={"LD_LIBRARY_PATH": str(build)})  # fmt: skip
+    assert out.returncode == 2 and f"bad --fault {spec}" in out.stderr

@@ -141,7 +141,7 @@ static void parse(int argc, char **argv, struct cfg *c) {
         }
         case 'f':
             if (c->nfaults == MAX_FAULTS || fault_parse(optarg, &c->faults[c->nfaults]) != 0)
-                die("bad --fault %s (want KIND:MS:EVERY:START_STEP:JITTER_MS[:END_STEP[:S1,S2,...]])", optarg);
+                die("bad --fault %s (want KIND:MS:EVERY:START_STEP:JITTER_MS[:END[:STEPS|-[:COMM[:BUCKET]]]])", optarg);
             c->nfaults++;
             break;
         default: die("%s", "unknown option; see the comment at the top of simrank.c");
