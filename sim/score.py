@@ -146,7 +146,7 @@ def predictions_from(truth: dict[str, Any], diagnosis: dict[str, Any]) -> list[P
     for s in truth["per_step"]:
         for r in s["ranks"]:
             calls.setdefault(r["rank"], []).append((r["enter_ns"], s["step"]))
-    for f in truth["faults"]:  # a fault that chose a later collective: the rank is late at that call
+    for f in truth.get("faults") or []:  # a fault that chose a later collective: the rank is late there
         for e in f.get("late_at") or []:
             calls.setdefault(e["rank"], []).append((e["call_ns"], e["step"]))
     steps_ms = sorted(r["step_ms"] for s in truth["per_step"] for r in s["ranks"])
