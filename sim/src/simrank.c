@@ -24,16 +24,13 @@
  * last line is `done END`.
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <getopt.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -48,14 +45,14 @@ static const struct api LINKED = {
 };
 #endif
 
-static void die(const char *fmt, const char *arg) {
+void die(const char *fmt, const char *arg) {
     fprintf(stderr, "simrank: ");
     fprintf(stderr, fmt, arg);
     fputc('\n', stderr);
     exit(2);
 }
 
-static void check(int rc, const char *what) {
+void check(int rc, const char *what) {
     if (rc != 0) {
         fprintf(stderr, "simrank: %s failed with code %d\n", what, rc);
         exit(3);
@@ -150,55 +147,6 @@ static void parse(int argc, char **argv, struct cfg *c) {
     if (c->world < 1 || c->rank < 0 || c->rank >= c->world) die("%s", "RANK must be in [0, WORLD_SIZE)");
     if (c->kernels < 3 || c->buckets < 1 || c->steps < 0) die("%s", "need --kernels >= 3, --buckets >= 1");
     if (log_path && freopen(log_path, "w", stdout) == NULL) die("cannot write log %s", log_path);
-}
-
-/* Rank 0 hands the 128-byte id to every other rank over TCP, as a TCPStore get/set would. */
-struct serve_arg {
-    int fd, clients;
-    ncclUniqueId id;
-};
-
-static void *serve_id(void *p) {
-    struct serve_arg *a = p;
-    for (int i = 0; i < a->clients; i++) {
-        int c = accept(a->fd, NULL, NULL);
-        if (c < 0) break;
-        if (write(c, &a->id, sizeof a->id) != (ssize_t)sizeof a->id) perror("simrank: id store");
-        close(c);
-    }
-    close(a->fd);
-    return NULL;
-}
-
-static ncclUniqueId exchange_id(const struct cfg *c, const struct api *api) {
-    static struct serve_arg arg;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->master_port)};
-    if (inet_pton(AF_INET, c->master_addr, &sa.sin_addr) != 1) die("MASTER_ADDR %s is not IPv4", c->master_addr);
-    if (c->rank == 0) {
-        check(api->ncclGetUniqueId(&arg.id), "ncclGetUniqueId");
-        if (c->world == 1) return arg.id;
-        int one = 1;
-        arg.fd = socket(AF_INET, SOCK_STREAM, 0);
-        setsockopt(arg.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(arg.fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(arg.fd, 128) != 0)
-            die("cannot listen on MASTER_ADDR:MASTER_PORT (%s); pick a free MASTER_PORT", c->master_addr);
-        arg.clients = c->world - 1;
-        pthread_t t;
-        pthread_create(&t, NULL, serve_id, &arg);
-        pthread_detach(t);
-        return arg.id;
-    }
-    ncclUniqueId id;
-    for (int64_t deadline = sim_now_ns() + 60 * 1000000000LL;;) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && read(fd, &id, sizeof id) == (ssize_t)sizeof id) {
-            close(fd);
-            return id;
-        }
-        close(fd);
-        if (sim_now_ns() > deadline) die("no unique id from rank 0 at MASTER_ADDR %s within 60 s", c->master_addr);
-        usleep(20000);
-    }
 }
 
 static void kernel_fwd(void) {}

@@ -106,6 +106,13 @@ struct cfg {
     int nfaults;
 };
 
+/* simrank.c: report and exit (die: status 2, bad usage; check: status 3, a failed library call) */
+void die(const char *fmt, const char *arg) __attribute__((noreturn));
+void check(int rc, const char *what);
+
+/* simrank_id.c: the NCCL unique id, from rank 0 over TCP (MASTER_ADDR:MASTER_PORT) */
+ncclUniqueId exchange_id(const struct cfg *c, const struct api *api);
+
 /* simrank_faults.c */
 const char *fault_name(enum fault_kind k);
 /* "kind:ms:every:start_step:jitter_ms[:end[:s1,s2..|-[:comm[:bucket]]]]" */
