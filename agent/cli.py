@@ -54,6 +54,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    "doing now (call in flight, off-CPU state, stack), so a hang is explained live (0: off)")
     p.add_argument("--clock-offset-ns", type=int, default=0,
                    help="TESTING ONLY: add this to every timestamp, to simulate a skewed node clock")
+    p.add_argument("--clock-drift-ppm", type=float, default=0.0,
+                   help="TESTING ONLY: and let that skew grow by this many ns per ms since --clock-epoch-ns")
+    p.add_argument("--clock-epoch-ns", type=int, default=0, help="TESTING ONLY: Unix ns where drift is 0")
+    p.add_argument("--clock-step-file", default=None,
+                   help="TESTING ONLY: once this file appears (a step in ms), step the clock by it")
     p.add_argument("--ready-file", default=None, help="created once probes are attached")
     p.add_argument("--proc-root", default="/proc", help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")

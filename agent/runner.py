@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rankecho.agent import check, discovery, probes, pyframes, resource
-from rankecho.agent.clock import ClockConverter
+from rankecho.agent.clock import ClockConverter, ClockStepFile
 from rankecho.agent.events import ExitRecord, InitRecord, decode
 from rankecho.agent.export import Delivery, Encoded, ExportConfig, Exporter, encode_batch
 from rankecho.agent.heartbeat import BpfThreads, Heartbeat
@@ -53,7 +53,9 @@ class Stop(Protocol):
 class Agent:
     def __init__(self, s: Settings) -> None:
         self.s = s
-        self.clock = ClockConverter(extra_offset_ns=s.clock_offset_ns)
+        self.clock = ClockConverter(extra_offset_ns=s.clock_offset_ns, drift_ppm=s.clock_drift_ppm,
+                                    drift_epoch_ns=s.clock_epoch_ns)  # fmt: skip
+        self.clock_step = ClockStepFile(s.clock_step_file) if s.clock_step_file else None  # testing only
         self.spool = Spool(s.spool_dir, s.spool_max_bytes, adopt=s.spool_adopt)
         self.exporter = Exporter(
             ExportConfig(s.endpoint, s.token, s.tls, s.ca_file, s.cert_file, s.key_file), self.spool
@@ -315,6 +317,8 @@ class Agent:
             if self.heartbeat is not None and now >= due["beat"]:
                 due["beat"] = now + s.heartbeat_s
                 self.heartbeat.beat(self.clock.now_mono())
+            if self.clock_step is not None:
+                self.clock_step.poll(self.clock)
             stop.wait(POLL_S)
 
     def shutdown(self) -> Delivery:

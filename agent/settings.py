@@ -31,6 +31,10 @@ class Settings:
     cuda_libs: tuple[str, ...] = ()
     pids: tuple[int, ...] = ()
     clock_offset_ns: int = 0
+    clock_drift_ppm: float = 0.0
+    clock_epoch_ns: int = 0
+    clock_step_file: str | None = None
+    """TESTING ONLY, with clock_offset_ns: the simulator's drifting, stepped node clock (agent/clock.py)."""
     ready_file: str | None = None
     spool_dir: str = ""
     spool_adopt: bool = True
@@ -104,6 +108,9 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) ->
         cuda_libs=tuple(args.cuda_lib or ()),
         pids=tuple(args.pid or ()),
         clock_offset_ns=args.clock_offset_ns,
+        clock_drift_ppm=args.clock_drift_ppm,
+        clock_epoch_ns=args.clock_epoch_ns,
+        clock_step_file=args.clock_step_file,
         ready_file=args.ready_file,
         spool_dir=spool,
         spool_adopt=args.spool_dir is not None,

@@ -42,7 +42,7 @@ from rankecho.helpfmt import Parser
 from rankecho.showcase_cli import EVALUATE_DESCRIPTION, EVALUATE_EXAMPLES, add_evaluate_arguments
 from rankecho.sim.launcher import LaunchOptions
 from rankecho.sim.procs import LaunchError
-from rankecho.sim.scenario import Scenario, ScenarioError, load_scenario
+from rankecho.sim.scenario import Fault, Scenario, ScenarioError, load_scenario
 from rankecho.sim.score import Score, periods, predictions_from, score
 from rankecho.sim.score_failures import FailureScore, score_failures
 from rankecho.sim.score_links import LinkScore, score_links
@@ -114,6 +114,8 @@ def describe(scenario: Scenario) -> str:
     nodes = ", ".join(
         f"{n.id}:{n.ranks}"
         + (f" clock {n.clock_offset_ms:+g} ms" if n.clock_offset_ms else "")
+        + (f" drift {n.clock_drift_ppm:+g} ppm" if n.clock_drift_ppm else "")
+        + (f" clock step {n.clock_step.ms:+g} ms after step {n.clock_step.at_step}" if n.clock_step else "")
         + (f" agent after step {scenario.agent_start_step(n)}" if scenario.agent_start_step(n) else "")
         + (f" agent killed at step {n.agent_restart_after_step}" if n.agent_restart_after_step else "")
         for n in scenario.nodes
@@ -121,11 +123,21 @@ def describe(scenario: Scenario) -> str:
     faults = "; ".join(
         describe_fault(f)
         or f"{f.kind} {f'/{f.factor:g}' if f.kind == 'slow_link' else f'{f.ms:g} ms'} on "
-        f"{'node ' + f.node if f.node else 'rank ' + str(f.rank)} every {f.every}"
+        f"{'node ' + f.node if f.node else 'rank ' + str(f.rank)} {when(f)}"
         for f in scenario.faults
     )
     splits = "".join(f", split {c.name}/{c.group_size}" for c in scenario.communicators)
-    return f"{nodes}{splits}; step {scenario.step.compute_ms:g} ms; {faults or 'no fault'}"
+    j = scenario.jitter
+    noise = f" + jitter {j.compute_ms:g}/{j.host_ms:g}/{j.dataloader_ms:g} ms" if j else ""
+    return f"{nodes}{splits}; step {scenario.step.compute_ms:g} ms{noise}; {faults or 'no fault'}"
+
+
+def when(f: Fault) -> str:
+    """A delay's steps (and the collective it strikes before, when it chose one)."""
+    steps = f"at steps {', '.join(map(str, f.steps))}" if f.steps else f"every {f.every}"
+    steps += f" until step {f.end_step}" if f.end_step is not None else ""
+    where = f" before {f.comm}" if f.comm not in (None, "world") else ""
+    return steps + (where or (f" before bucket {f.bucket}" if f.bucket is not None else ""))
 
 
 def evaluate(path: Path, workdir: Path, timeout_s: float = 300.0) -> ScenarioResult:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rankecho.agent.export import LOSS_MARK
+from rankecho.sim.clocks import clock_argv
 from rankecho.sim.procs import LaunchError, Stopped, signals_blocked, stop_process, tail
 from rankecho.sim.scenario import Node
 from rankecho.stopflag import StopFlag
@@ -35,6 +36,8 @@ class AgentSpec:
     python: str
     extra: tuple[str, ...] = ()
     """More ``rankecho agent`` options (tests: ``--spool-dir``, ``--pid``, ``--scan-interval``)."""
+    clock_epoch_ns: int = 0
+    """True Unix ns from which a drifting node clock drifts (sim/clocks.py)."""
 
 
 @dataclass
@@ -65,6 +68,7 @@ def agent_argv(spec: AgentSpec, node: Node, lib_dir: Path, ready: Path) -> list[
         *("--cluster-id", spec.cluster_id, "--node-id", node.id),
         *("--nccl-lib", str(lib_dir / "libnccl.so.2"), "--cuda-lib", str(lib_dir / "libcudart.so.12")),
         *("--clock-offset-ns", str(node.clock_offset_ns), "--ready-file", str(ready)),
+        *clock_argv(node, spec.clock_epoch_ns, ready.parent),
         *spool,
         *spec.extra,
     ]

@@ -22,6 +22,7 @@ FAULT_SITES = {
     "cpu_contention": ("contend_cpu", "spin_until"),
     "slow_gpu": ("forward", "cudaStreamSynchronize"),  # the loss sync waits for the slowed kernels
     "alloc_stall": ("allocate_cache", "cudaMalloc"),
+    "memcpy_stall": ("stall_memcpy", "cudaMemcpy"),
     "hang": ("hang_rank", "wait_off_cpu"),
     "crash": ("crash_rank", "_exit"),
     "desync": ("desync_rank", "ncclAllReduce"),

@@ -15,13 +15,14 @@ threshold. A diagnosis is scored against this. Usage::
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rankecho.sim.faultsites import FAULT_SITES, fault_frame, fault_function
-from rankecho.sim.scenario import Scenario
+from rankecho.sim.scenario import FAILURE_KINDS, Fault, Scenario
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class RankLog:
     hang's ms, 0 for good; a crash's exit status; 0 for a desync)."""
     links: dict[int, tuple[float, float]] = field(default_factory=dict)
     """step -> (rank factor, NIC factor) of the slow_link faults that fired on this rank there."""
+    colls: dict[tuple[int, str, int], int] = field(default_factory=dict)
+    """(step, communicator, bucket) -> wall-clock ns the rank called that all-reduce (``coll`` lines, only
+    logged when a fault chose its collective with comm/bucket)."""
 
     @property
     def finished(self) -> bool:
@@ -91,6 +95,8 @@ def parse_rank_log(text: str, rank: int) -> RankLog:
             log.failures.append((parts[1], int(parts[2]), float(parts[3])))
         elif parts[0] == "link" and len(parts) == 4:
             log.links[int(parts[1])] = (float(parts[2]), float(parts[3]))
+        elif parts[0] == "coll" and len(parts) == 5:
+            log.colls[(int(parts[1]), parts[2], int(parts[3]))] = int(parts[4])
         elif parts[0] == "done" and len(parts) == 2:
             log.done_ns = int(parts[1])
     return log
@@ -137,6 +143,39 @@ def failures(logs: dict[int, RankLog]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda e: (e["step"], e["rank"]))
 
 
+def fired_steps(scenario: Scenario, fault: Fault, logs: dict[int, RankLog]) -> list[int]:
+    """The steps ``fault`` really fired at, from its ranks' logs: a delay's scheduled steps where one of them
+    logged its kind as a cause, a slow_link's where one logged its factor, a failure's logged step."""
+    struck = scenario.fault_ranks(fault)
+    if fault.kind in FAILURE_KINDS:
+        return sorted({s for r in struck for kind, s, _ in logs[r].failures if kind == fault.kind})
+    if fault.kind == "slow_link":
+        return sorted({s for r in struck for s, fac in logs[r].links.items() if max(fac) >= fault.factor})
+    logged = {rec.step for r in struck for rec in logs[r].steps if fault.kind in (k for k, _ in rec.causes)}
+    return [s for s in fault.fire_steps(scenario.steps) if s in logged]
+
+
+def late_at(scenario: Scenario, fault: Fault, logs: dict[int, RankLog]) -> list[dict[str, Any]]:
+    """For a fault that chose its collective (``comm``/``bucket``): at each step it fired, how late each of
+    its ranks called that all-reduce against the median of its group's members the fault spared."""
+    comm, bucket = fault.comm or "world", fault.bucket or 0
+    struck = scenario.fault_ranks(fault)
+    groups = [c["members"] for c in communicator_members(logs) if c["name"] == comm]
+    out = []
+    for step in fired_steps(scenario, fault, logs):
+        for rank in struck:
+            members = next((g for g in groups if rank in g), [rank])
+            calls = {m: logs[m].colls.get((step, comm, bucket)) for m in members}
+            spared = [ns for m, ns in calls.items() if ns is not None and m not in struck]
+            mine = calls[rank]
+            if mine is None or not spared:
+                continue  # it never called it (a crash, a hang for good), or nobody spared to compare with
+            late = _ms(mine - statistics.median(spared))
+            out.append({"step": step, "rank": rank, "comm": comm, "bucket": bucket, "late_by_ms": late,
+                        "call_ns": mine})  # fmt: skip
+    return out
+
+
 BUS_GBPS, LAT_US = 80.0, 20.0
 """The fake libnccl's default bus bandwidth and per-collective latency (sim/src/simint.h)."""
 
@@ -162,7 +201,7 @@ def slow_links(scenario: Scenario, logs: dict[int, RankLog]) -> list[dict[str, A
         if f.kind != "slow_link":
             continue
         struck = set(scenario.fault_ranks(f))
-        steps = sorted({s for r in struck for s, fac in logs[r].links.items() if max(fac) >= f.factor})
+        steps = fired_steps(scenario, f, logs)
         slowed = []
         for c in comms:
             spans = len({node_of[m] for m in c["members"]}) > 1
@@ -183,10 +222,12 @@ def slow_links(scenario: Scenario, logs: dict[int, RankLog]) -> list[dict[str, A
 
 
 def build_ground_truth(
-    scenario: Scenario, logs: dict[int, RankLog], observed: list[dict[str, Any]] | None = None
+    scenario: Scenario, logs: dict[int, RankLog], observed: list[dict[str, Any]] | None = None,
+    clocks: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The ground-truth document (see docs/sim.md for its fields). ``observed``: the spans each node's
-    agents saw ({node_id, from_ns, to_ns}, wall clock), when agents ran."""
+    agents saw ({node_id, from_ns, to_ns}, wall clock), when agents ran; ``clocks``: the drifting or
+    stepped nodes' clock fields (sim/clocks.py)."""
     def site(kind: str) -> dict[str, str | None]:
         """Where a fault of ``kind`` ran in this scenario's rank program (sim/faultsites.py)."""
         if kind not in FAULT_SITES:  # slow_link: no function of the rank's, the transfer is slower
@@ -197,6 +238,9 @@ def build_ground_truth(
     for rank, log in logs.items():
         for rec in log.steps:
             by_step.setdefault(rec.step, {})[rank] = rec
+    chosen = {i: late_at(scenario, f, logs) for i, f in enumerate(scenario.faults)
+              if f.comm is not None or f.bucket is not None}  # fmt: skip
+    late_there = {(e["step"], e["rank"]): e["late_by_ms"] for entries in chosen.values() for e in entries}
     steps_out: list[dict[str, Any]] = []
     for step in sorted(by_step):
         recs = by_step[step]
@@ -220,6 +264,7 @@ def build_ground_truth(
                     "alloc_ms": _ms(r.alloc_ns),
                     "fwd_sync_ms": _ms(r.fwd_sync_ns),
                     "step_ms": _ms(r.end_ns - r.start_ns),
+                    **({"chosen_late_by_ms": late_there[(step, rank)]} if (step, rank) in late_there else {}),
                     "cause": r.causes[0][0] if r.causes else None,
                     "injected": [{"kind": k, "ms": ms, **site(k)} for k, ms in r.causes],
                 }
@@ -233,7 +278,8 @@ def build_ground_truth(
                 **(site(e["cause"]) if e["cause"] else {"function": None, "frame": None}),
             }
             for e in ranks
-            if max(e["entered_late_by_ms"], e["gpu_late_by_ms"]) >= scenario.straggler_threshold_ms
+            if max(e["entered_late_by_ms"], e["gpu_late_by_ms"], e.get("chosen_late_by_ms", 0.0))
+            >= scenario.straggler_threshold_ms
         ]
         steps_out.append(
             {
@@ -258,6 +304,7 @@ def build_ground_truth(
         "world_size": scenario.world_size,
         "steps": scenario.steps,
         "straggler_threshold_ms": scenario.straggler_threshold_ms,
+        "jitter": dataclasses.asdict(scenario.jitter),
         "program": scenario.program,
         "python": scenario.python,
         "frame_pointers": scenario.frame_pointers,
@@ -266,6 +313,7 @@ def build_ground_truth(
                 "node_id": n.id,
                 "ranks": [r for r, node, _ in scenario.rank_layout() if node is n],
                 "clock_offset_ns": n.clock_offset_ns,
+                **(clocks or {}).get(n.id, {}),
             }
             for n in scenario.nodes
         ],
@@ -290,12 +338,18 @@ def build_ground_truth(
                 "ms": f.ms,
                 "every": f.every,
                 "start_step": f.start_step,
+                "end_step": f.end_step,
+                "steps": list(f.steps) or None,
+                "fired_steps": fired_steps(scenario, f, logs),
+                "comm": f.comm,
+                "bucket": f.bucket,
+                **({"late_at": chosen[i]} if i in chosen else {}),
                 "jitter": f.jitter,
                 **site(f.kind),
                 **({"status": f.status} if f.kind == "crash" else {}),
                 **({"factor": f.factor} if f.kind == "slow_link" else {}),
             }
-            for f in scenario.faults
+            for i, f in enumerate(scenario.faults)
         ],
         "failures": failures(logs),
         "links": slow_links(scenario, logs),

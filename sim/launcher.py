@@ -27,9 +27,10 @@ from typing import IO, Any
 
 from rankecho import stopflag
 from rankecho.sim.agents import Agent, AgentSpec, describe_failure, start_agents, stop_agents
+from rankecho.sim.clocks import SimClocks
 from rankecho.sim.groundtruth import build_ground_truth, rank_log_path, read_rank_logs
 from rankecho.sim.procs import LaunchError, Stopped, stop_process, tail
-from rankecho.sim.programs import rank_command
+from rankecho.sim.programs import rank_argv
 from rankecho.sim.scenario import Node, Scenario
 
 __all__ = ["LaunchError", "LaunchOptions", "RunResult", "Stopped", "run_scenario"]
@@ -100,46 +101,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def rank_argv(
-    scenario: Scenario, rank: int, node: Node, log: Path, lib_dir: Path, root: Path = SIM_ROOT
-) -> list[str]:
-    st = scenario.step
-    argv = [
-        *rank_command(scenario, root),
-        "--steps",
-        str(scenario.steps),
-        "--compute-us",
-        str(st.compute_ms * 1000),
-        "--host-us",
-        str(st.host_ms * 1000),
-        "--loader-us",
-        str(st.dataloader_ms * 1000),
-        "--kernels",
-        str(st.kernels_per_step),
-        "--allreduce-bytes",
-        str(int(st.allreduce_mb * 2**20)),
-        "--buckets",
-        str(st.buckets),
-        "--malloc-every",
-        str(st.malloc_every),
-        "--seed",
-        str(scenario.seed),
-        "--log",
-        str(log),
-    ]
-    for c in scenario.communicators:
-        argv += [
-            "--split",
-            f"{c.name}:{c.group_size}:{int(c.layout == 'strided')}:{int(c.allreduce_mb * 2**20)}",
-        ]
-    for f in scenario.faults:
-        if f.targets(rank, node.id):
-            argv += ["--fault", f.spec()]
-    if scenario.load == "dlopen":
-        argv += ["--lib-dir", str(lib_dir), "--dlopen-delay-ms", str(scenario.dlopen_delay_ms)]
-    return argv
-
-
 def rank_env(
     scenario: Scenario, rank: int, node: Node, local: int, port: int, lib_dir: Path
 ) -> dict[str, str]:
@@ -195,6 +156,7 @@ class Cluster:
         self._log_offsets: dict[int, int] = {}
         self._steps: dict[int, int] = {}
         self._reported_agents: list[Agent] = []
+        self.clocks = SimClocks(scenario, run_dir)
 
     def say(self, msg: str) -> None:
         if self.opts.progress is not None:
@@ -299,6 +261,8 @@ class Cluster:
                 self.start_agents(nodes)
             for step in [s for s in sorted(restarts) if min(done.values()) >= s]:
                 self.restart_agents(restarts.pop(step), step)
+            for node_id in self.clocks.poll(min(done.values())):
+                self.say(f"stepped the clock of {node_id}")
             bad = self.failed_rank()
             if bad is not None:
                 time.sleep(0.5)  # peers of a dead rank abort too; report the one that failed first
@@ -323,7 +287,8 @@ class Cluster:
     def agent_spec(self) -> AgentSpec:
         assert self.opts.agent_endpoint
         return AgentSpec(
-            self.opts.agent_endpoint, self.scenario.cluster_id, self.opts.token, self.opts.python
+            self.opts.agent_endpoint, self.scenario.cluster_id, self.opts.token, self.opts.python,
+            clock_epoch_ns=self.clocks.epoch_ns,
         )
 
     def start_agents(self, nodes: list[Node]) -> None:
@@ -398,7 +363,8 @@ def _run(scenario: Scenario, opts: LaunchOptions, stop: stopflag.StopFlag) -> Ru
         rc = 1
     result = RunResult(rc, run_dir, time.monotonic() - started, lib_dirs=lib_dirs)
     observed = [a.observed() for a in cluster.agents if a.ready_ns]
-    result.truth = build_ground_truth(scenario, read_rank_logs(run_dir, scenario), observed)
+    logs = read_rank_logs(run_dir, scenario)
+    result.truth = build_ground_truth(scenario, logs, observed, cluster.clocks.truth(logs))
     if opts.ground_truth is not None:
         opts.ground_truth.parent.mkdir(parents=True, exist_ok=True)
         opts.ground_truth.write_text(json.dumps(result.truth, indent=1) + "\n")

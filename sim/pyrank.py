@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # pyrank_lib, al
 from pyrank_lib import (  # noqa: E402
     ALLOC_CACHE,
     BF16,
+    D2H,
     H2D,
     PR_SET_PDEATHSIG,
     SUM,
@@ -40,6 +41,7 @@ from pyrank_lib import (  # noqa: E402
     check,
     die,
     env_double,
+    healthy_noise_us,
     now_ns,
     parse,
     setup,
@@ -54,7 +56,10 @@ class Plan:
     def __init__(self, c: argparse.Namespace, step: int) -> None:
         self.step, self.n_fwd = step, c.kernels // 3
         self.n_bwd = c.kernels - self.n_fwd
-        self.kernel_us, self.host_per_kernel = c.compute_us / c.kernels, c.host_us / c.kernels
+        noise = [healthy_noise_us(c.seed, c.rank, step, which, c.noise[which]) for which in range(3)]
+        self.kernel_us = (c.compute_us + noise[0]) / c.kernels
+        self.host_per_kernel = (c.host_us + noise[1]) / c.kernels
+        self.loader_us = c.loader_us + noise[2]
         self.bucket_count = c.allreduce_bytes // c.buckets // 2  # bf16 elements
         self.fired = [f.ms_at(i, c.rank, step, c.seed) for i, f in enumerate(c.faults)]
         fired = list(zip(c.faults, self.fired, strict=True))
@@ -68,7 +73,7 @@ class Plan:
 
 
 def fetch_batch(r: Rank, p: Plan) -> None:
-    wait_off_cpu(r.c.loader_us / 1000.0)
+    wait_off_cpu(p.loader_us / 1000.0)
     for f, ms in zip(r.c.faults, p.fired, strict=True):
         if ms > 0 and f.kind == "dataloader_stall":
             stall_dataloader(ms)
@@ -114,6 +119,13 @@ def contend_cpu(r: Rank, ms: float) -> None:
     os.sched_setaffinity(0, old)
 
 
+def stall_memcpy(r: Rank, ms: float) -> None:
+    """memcpy_stall: one blocking device-to-host copy sized so the fake PCIe rate makes it last `ms`."""
+    ns = ms * 1e6 - 2000
+    size = int(ns * env_double("RANKECHO_SIM_PCIE_GBPS", 25.0)) if ns > 0 else 1
+    check(r.a.cudaMemcpy(r.host_batch, r.batch, size, D2H), "cudaMemcpy")
+
+
 def log_failure(r: Rank, f: Fault, step: int) -> None:
     r.say(f"fault {f.kind} {step} {f.ms:g}", flush=True)
 
@@ -142,6 +154,8 @@ def before_collective(r: Rank, p: Plan) -> None:
             spin_host_compute(ms)
         if ms > 0 and f.kind == "cpu_contention":
             contend_cpu(r, ms)
+        if ms > 0 and f.kind == "memcpy_stall":
+            stall_memcpy(r, ms)
 
 
 def desync_rank(r: Rank, p: Plan) -> None:

@@ -18,10 +18,10 @@ import time
 from typing import Any, NoReturn, TextIO
 
 FAULT_KINDS = ("host_compute", "dataloader_stall", "cpu_contention", "slow_gpu", "alloc_stall", "hang",
-               "crash", "desync")  # fmt: skip
+               "crash", "desync", "memcpy_stall")  # fmt: skip
 ONCE = ("hang", "crash", "desync")
-ALLOC_CACHE, MAX_FAULTS, MAX_SPLITS = 8, 16, 4
-BF16, SUM, H2D = 9, 0, 1
+ALLOC_CACHE, MAX_FAULTS, MAX_SPLITS, MAX_FAULT_STEPS = 8, 16, 4, 64
+BF16, SUM, H2D, D2H = 9, 0, 1, 2
 PR_SET_NAME, PR_SET_PDEATHSIG = 15, 1
 M64 = (1 << 64) - 1
 
@@ -43,6 +43,7 @@ API: dict[str, tuple[str, Any, list[Any]]] = {  # name -> (library, return type,
     "cudaStreamSynchronize": ("cudart", INT, [P]),
     "cudaMalloc": ("cudart", INT, [PP, SZ]),
     "cudaFree": ("cudart", INT, [P]),
+    "cudaMemcpy": ("cudart", INT, [P, P, SZ, INT]),
     "cudaMemcpyAsync": ("cudart", INT, [P, P, SZ, INT, P]),
     "cudaEventCreate": ("cudart", INT, [PP]),
     "cudaEventRecord": ("cudart", INT, [P, P]),
@@ -92,11 +93,25 @@ def spin_until(deadline_ns: int) -> None:
 
 class Fault:
     def __init__(self, spec: str) -> None:
-        kind, ms, every, start, jitter = spec.split(":")
+        kind, ms, every, start, jitter, *schedule = spec.split(":")
         self.kind, self.ms, self.jitter = kind, float(ms), float(jitter)
         self.every, self.start = int(every), int(start)
+        self.end = int(schedule[0]) if schedule else -1  # simrank_faults.c's schedule tail
+        listed = schedule[1] if len(schedule) > 1 else "-"  # comm/bucket (more fields): the C rank's only
+        self.steps = [int(s) for s in listed.split(",")] if listed != "-" else []
         if kind not in FAULT_KINDS or self.ms < 0 or self.every < 1 or self.start < 0 or self.jitter < 0:
             raise ValueError(spec)
+        bad_steps = len(self.steps) > MAX_FAULT_STEPS or min([*self.steps, 0]) < 0
+        if len(schedule) > 2 or self.end < -1 or bad_steps:
+            raise ValueError(spec)
+
+    def scheduled(self, step: int) -> bool:
+        """simrank_faults.c's fault_scheduled: the listed steps, else start, start + every, ... up to end."""
+        if self.steps:
+            return step in self.steps
+        if 0 <= self.end < step:
+            return False
+        return step >= self.start and (step - self.start) % self.every == 0
 
     def fires(self, step: int) -> bool:
         """A failure kind: true at its one step."""
@@ -106,15 +121,29 @@ class Fault:
         """simrank_faults.c's fault_ms_at: the same deterministic jitter."""
         if self.kind in ONCE:
             return self.ms if self.kind == "hang" and self.fires(step) else 0.0
-        if step < self.start or (step - self.start) % self.every:
+        if not self.scheduled(step):
             return 0.0
-        z = ((seed << 40) ^ ((rank & 0xFFFFFFFF) << 24) ^ (index << 20) ^ (step & 0xFFFFFFFF)) & M64
-        z = (z + 0x9E3779B97F4A7C15) & M64
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-        u = ((z ^ (z >> 31)) >> 11) / float(1 << 53)
+        z = _mix(((seed << 40) ^ ((rank & 0xFFFFFFFF) << 24) ^ (index << 20) ^ (step & 0xFFFFFFFF)) & M64)
+        u = (z >> 11) / float(1 << 53)
         ms = self.ms + self.jitter * (2.0 * u - 1.0)
         return ms if ms > 0 else 0.0
+
+
+def _mix(z: int) -> int:
+    """simrank_faults.c's mix (splitmix64's finaliser)."""
+    z = (z + 0x9E3779B97F4A7C15) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def healthy_noise_us(seed: int, rank: int, step: int, which: int, max_us: float) -> float:
+    """simrank_faults.c's healthy_noise_us: uniform in [0, max_us), from (seed, rank, step, which) only
+    (which: 0 compute, 1 host, 2 loader)."""
+    if max_us <= 0:
+        return 0.0
+    z = _mix(((seed << 40) ^ ((rank & 0xFFFFFFFF) << 24) ^ (step & 0xFFFFFFFF) ^ ((which + 1) << 56)) & M64)
+    return max_us * ((z >> 11) / float(1 << 53))
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -128,7 +157,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--log")
     ap.add_argument("--split", action="append", default=[])
     ap.add_argument("--fault", action="append", default=[])
+    ap.add_argument("--noise-us", default="0:0:0")
     c = ap.parse_args(argv)
+    try:
+        c.noise = [float(v) for v in c.noise_us.split(":")]
+    except ValueError:
+        c.noise = []
+    if len(c.noise) != 3 or min(c.noise) < 0:
+        die(f"bad --noise-us {c.noise_us} (want COMPUTE_US:HOST_US:LOADER_US, each >= 0)")
     c.rank, c.world = env_int("RANK", 0), env_int("WORLD_SIZE", 1)
     c.local_rank, c.node = env_int("LOCAL_RANK", 0), os.environ.get("RANKECHO_NODE_ID") or "node-0"
     c.master_addr, c.master_port = os.environ.get("MASTER_ADDR") or "127.0.0.1", env_int("MASTER_PORT", 29500)
@@ -141,7 +177,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     try:
         c.faults = [Fault(f) for f in c.fault]
     except ValueError as e:
-        die(f"bad --fault {e} (want KIND:MS:EVERY:START_STEP:JITTER_MS)")
+        die(f"bad --fault {e} (want KIND:MS:EVERY:START_STEP:JITTER_MS[:END_STEP[:S1,S2,...]])")
     if len(c.faults) > MAX_FAULTS:
         die("too many --fault")
     if c.world < 1 or not 0 <= c.rank < c.world:

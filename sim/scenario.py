@@ -18,7 +18,11 @@ from typing import Any
 
 import yaml
 
-DELAY_KINDS = ("host_compute", "dataloader_stall", "cpu_contention", "slow_gpu", "alloc_stall")
+from rankecho.sim.clocks import ClockStep, check_clock_steps, node_clock_fields
+from rankecho.sim.scenario_noise import Jitter, parse_jitter
+
+DELAY_KINDS = ("host_compute", "dataloader_stall", "cpu_contention", "slow_gpu", "alloc_stall",
+               "memcpy_stall")  # fmt: skip
 FAILURE_KINDS = ("hang", "crash", "desync")
 """Fire once, at ``start_step``: hang (stop before the step's first collective for ``ms``, 0 or 'forever':
 until killed), crash (exit with ``status`` there), desync (that collective with twice the byte count)."""
@@ -76,6 +80,9 @@ class Node:
     """This node's agent attaches once every rank finished this step (None: the scenario's setting)."""
     agent_restart_after_step: int = 0
     """K > 0: this node's agent is killed (kill -9) once every rank finished step K, and started again."""
+    clock_drift_ppm: float = 0.0
+    clock_step: ClockStep | None = None
+    """The offset drifts by ``clock_drift_ppm`` of true time and steps once (sim/clocks.py)."""
 
     @property
     def clock_offset_ns(self) -> int:
@@ -99,6 +106,18 @@ class Fault:
     """crash only: the exit status."""
     factor: float = 1.0
     """slow_link only: the transfer bandwidth is divided by it (> 1)."""
+    end_step: int | None = None
+    """A periodic fault's last possible step (inclusive); None: until the run ends."""
+    steps: tuple[int, ...] = ()
+    """An explicit list of the steps it fires at, instead of start_step/every/end_step (sorted)."""
+    comm: str | None = None
+    """Strike before this communicator's all-reduce ("world" or a split's name; None: the world's)."""
+    bucket: int | None = None
+    """Strike before this world gradient bucket's all-reduce (None: the step's first, bucket 0)."""
+
+    @property
+    def first_step(self) -> int:
+        return self.steps[0] if self.steps else self.start_step
 
     @property
     def ends_rank(self) -> bool:
@@ -111,16 +130,26 @@ class Fault:
     def fires_at(self, step: int) -> bool:
         if self.kind in FAILURE_KINDS:
             return step == self.start_step
+        if self.steps:
+            return step in self.steps
+        if self.end_step is not None and step > self.end_step:
+            return False
         return step >= self.start_step and (step - self.start_step) % self.every == 0
 
-    def spec(self) -> str:
+    def fire_steps(self, steps: int) -> list[int]:
+        """The steps of a ``steps``-step run it fires at."""
+        return [k for k in range(steps) if self.fires_at(k)]
+
+    def spec(self, splits: tuple[str, ...] = ()) -> str:
         """The ``--fault`` argument simrank parses (a crash carries its exit status in the ms slot, a
         slow_link its factor; on a node a slow_link is simrank's ``slow_nic``: inter-node only)."""
+        from rankecho.sim.scenario_faults import spec_tail  # (it imports this module)
+
         if self.kind == "slow_link":
             kind = "slow_nic" if self.node is not None else "slow_link"
-            return f"{kind}:{self.factor}:{self.every}:{self.start_step}:0"
+            return f"{kind}:{self.factor}:{self.every}:{self.start_step}:0{spec_tail(self, splits)}"
         ms = self.status if self.kind == "crash" else self.ms
-        return f"{self.kind}:{ms}:{self.every}:{self.start_step}:{self.jitter}"
+        return f"{self.kind}:{ms}:{self.every}:{self.start_step}:{self.jitter}{spec_tail(self, splits)}"
 
 
 @dataclass(frozen=True)
@@ -131,6 +160,8 @@ class Scenario:
     steps: int = 50
     seed: int = 1
     step: StepShape = StepShape()
+    jitter: Jitter = dataclasses.field(default_factory=Jitter)
+    """Healthy noise per rank and step (sim/scenario_noise.py)."""
     communicators: tuple[Communicator, ...] = ()
     faults: tuple[Fault, ...] = ()
     agent_start_after_step: int = 0
@@ -235,6 +266,7 @@ def _node(i: int, raw: Any, seen: set[str]) -> Node:
     for key in ("agent_start_after_step", "agent_restart_after_step"):
         if key in d:
             d[key] = _number(f"nodes[{i}].{key}", d[key], integer=True)
+    node_clock_fields(f"nodes[{i}]", d)
     return Node(**d)
 
 
@@ -268,8 +300,10 @@ def _fault(i: int, raw: Any, world: int, steps: int, node_ids: set[str]) -> Faul
     elif d["node"] not in node_ids:
         raise ScenarioError(f"{where}.node: {d['node']!r} is not one of the nodes {sorted(node_ids)}")
     d["kind"] = _choice(f"{where}.kind", d["kind"], FAULT_KINDS)
+    from rankecho.sim.scenario_faults import failure_fields, schedule_fields  # (it imports this module)
+
     if d["kind"] in FAILURE_KINDS:
-        _failure_fields(where, d, world)
+        failure_fields(where, d, world)
     elif d["kind"] in LINK_KINDS:
         from rankecho.sim.scenario_links import link_fields  # (it imports this module)
 
@@ -286,6 +320,7 @@ def _fault(i: int, raw: Any, world: int, steps: int, node_ids: set[str]) -> Faul
         d["every"] = _number(f"{where}.every", d["every"], minimum=1, integer=True)
     if "start_step" in d:
         d["start_step"] = _number(f"{where}.start_step", d["start_step"], integer=True)
+    schedule_fields(where, d, steps)
     if "jitter" in d:
         d["jitter"] = float(_number(f"{where}.jitter", d["jitter"]))
         if d["jitter"] > d["ms"]:
@@ -294,71 +329,6 @@ def _fault(i: int, raw: Any, world: int, steps: int, node_ids: set[str]) -> Faul
     if steps and fault.start_step >= steps:
         raise ScenarioError(f"{where}.start_step: {fault.start_step} is past the last step ({steps - 1})")
     return fault
-
-
-def _failure_fields(where: str, d: dict[str, Any], world: int) -> None:
-    """hang, crash and desync fire once: refuse the settings that could never take effect."""
-    kind = d["kind"]
-    for key in ("every", "jitter"):
-        if key in d:
-            raise ScenarioError(
-                f"{where}.{key}: a {kind} fires once, at start_step; remove {key} (write one fault per step)"
-            )
-    if kind == "hang":
-        ms = d.get("ms", "forever")
-        d["ms"] = 0.0 if ms == "forever" else float(_number(f"{where}.ms", ms))
-    elif "ms" in d:
-        fix = "set status (the exit status) instead" if kind == "crash" else "remove it"
-        raise ScenarioError(f"{where}.ms: a {kind} takes no duration; {fix}")
-    if kind == "crash":
-        d["status"] = _number(f"{where}.status", d.get("status", 1), minimum=1, integer=True)
-        if d["status"] > 255:
-            raise ScenarioError(f"{where}.status: {d['status']} is not an exit status; pick 1..255")
-    elif "status" in d:
-        raise ScenarioError(f"{where}.status: only a crash has an exit status; remove it")
-    if kind == "desync" and world < 2:
-        raise ScenarioError(f"{where}: a desync needs another rank to disagree with; use at least 2 ranks")
-
-
-def _check_failures(sc: Scenario) -> None:
-    """Refuse what a crash or a hang for good makes impossible: a later fault on the same rank, or an
-    agent that would only start (or restart) after every rank passed a step some rank never finishes."""
-    for i, f in enumerate(sc.faults):
-        if not f.ends_rank:
-            continue
-        struck = set(sc.fault_ranks(f))
-        for j, g in enumerate(sc.faults):
-            if j != i and g.start_step > f.start_step and struck & set(sc.fault_ranks(g)):
-                raise ScenarioError(
-                    f"faults[{j}].start_step: {g.start_step} comes after faults[{i}] ({f.kind}) at step "
-                    f"{f.start_step} ends its rank; move it to step {f.start_step} or earlier, or drop it"
-                )
-        for node in sc.nodes:
-            for key, step in (("agent_start_after_step", sc.agent_start_step(node)),
-                              ("agent_restart_after_step", node.agent_restart_after_step)):  # fmt: skip
-                if step > 0 and f.start_step <= step:
-                    raise ScenarioError(
-                        f"{key}: {step} for {node.id} waits for every rank to finish step {step}, but "
-                        f"faults[{i}] ({f.kind}) stops a rank at step {f.start_step}; use a step "
-                        f"< {f.start_step} or 0"
-                    )
-
-
-def _program(d: dict[str, Any]) -> None:
-    """The rank program and its build: refuse the combinations no build provides."""
-    d["program"] = _choice("program", d.get("program", "c"), PROGRAMS)
-    if d.get("python") is not None:
-        if not isinstance(d["python"], str):
-            raise ScenarioError(f'python: quote the version (python: "3.10"); YAML read {d["python"]!r}')
-        if d["program"] != "python":
-            raise ScenarioError("python: only the Python rank runs under an interpreter; add program: python")
-        d["python"] = _choice("python", str(d["python"]), PYTHONS)
-    if d.get("frame_pointers", True) is False:
-        if d["program"] != "c":
-            raise ScenarioError("frame_pointers: false selects the C rank's no-frame-pointer build; "
-                                "drop it for program: python")
-        if d.get("load", "linked") != "linked":
-            raise ScenarioError("frame_pointers: false has a linked build only; drop load: dlopen")
 
 
 def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
@@ -375,6 +345,7 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
     d["steps"] = _number("steps", d.get("steps", Scenario.steps), integer=True)
     d["seed"] = _number("seed", d.get("seed", Scenario.seed), integer=True)
     d["step"] = _step(d.get("step") or {})
+    d["jitter"] = parse_jitter(d["jitter"]) if d.get("jitter") is not None else Jitter()
     names: set[str] = set()
     comms = d.get("communicators") or []
     if not isinstance(comms, list) or len(comms) > 4:
@@ -392,15 +363,20 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
     for key in ("endbr", "frame_pointers"):
         if not isinstance(d.get(key, False), bool):
             raise ScenarioError(f"{key}: expected true or false")
-    _program(d)
+    from rankecho.sim.programs import program_fields  # (it imports this module)
+
+    program_fields(d)
     d["straggler_threshold_ms"] = float(
         _number("straggler_threshold_ms", d.get("straggler_threshold_ms", 50.0), positive=True)
     )
     if d.get("bus_gbps") is not None:
         d["bus_gbps"] = float(_number("bus_gbps", d["bus_gbps"], positive=True))
     scenario = Scenario(**d)
-    _check_failures(scenario)
-    from rankecho.sim.scenario_links import check_links  # (it imports this module)
+    from rankecho.sim.scenario_faults import check_failures
+    from rankecho.sim.scenario_links import check_links  # (they import this module)
+
+    check_failures(scenario)
+    check_clock_steps(scenario)
 
     check_links(scenario)
     return scenario

@@ -31,6 +31,7 @@ CAUSE_TO_FAULT: dict[str, str] = {
     "cpu_contention": "cpu_contention",
     "sleeping": "dataloader_stall",
     "host_compute": "host_compute",
+    "memcpy": "memcpy_stall",
 }
 """find_stragglers' cause classes, as the simulator's fault kinds."""
 NEUTRAL_FROM = 0.5
@@ -66,7 +67,8 @@ def lateness(truth: dict[str, Any]) -> dict[tuple[int, int], tuple[float, str | 
     out: dict[tuple[int, int], tuple[float, str | None]] = {}
     for s in truth["per_step"]:
         for r in s.get("ranks") or s["stragglers"]:
-            late = max(r["entered_late_by_ms"], r.get("gpu_late_by_ms", r["entered_late_by_ms"]))
+            late = max(r["entered_late_by_ms"], r.get("gpu_late_by_ms", r["entered_late_by_ms"]),
+                       r.get("chosen_late_by_ms", r["entered_late_by_ms"]))  # a fault's chosen collective
             out[(s["step"], r["rank"])] = (late, r["cause"])
     return out
 
@@ -144,6 +146,9 @@ def predictions_from(truth: dict[str, Any], diagnosis: dict[str, Any]) -> list[P
     for s in truth["per_step"]:
         for r in s["ranks"]:
             calls.setdefault(r["rank"], []).append((r["enter_ns"], s["step"]))
+    for f in truth.get("faults") or []:  # a fault that chose a later collective: the rank is late there
+        for e in f.get("late_at") or []:
+            calls.setdefault(e["rank"], []).append((e["call_ns"], e["step"]))
     steps_ms = sorted(r["step_ms"] for s in truth["per_step"] for r in s["ranks"])
     half_step_ns = (steps_ms[len(steps_ms) // 2] if steps_ms else 100.0) * 1e6 / 2
     out: list[Prediction] = []
@@ -172,8 +177,8 @@ def periods(truth: dict[str, Any], diagnosis: dict[str, Any]) -> list[tuple[str,
     out = []
     threshold = truth.get("straggler_threshold_ms", 0.0)
     for f in truth["faults"]:
-        if f.get("kind") == "slow_link":
-            continue  # no late rank, no straggler period
+        if f.get("kind") == "slow_link" or f.get("steps"):
+            continue  # no late rank, no straggler period; or listed steps: no period either
         if float(f.get("ms", threshold)) + float(f.get("jitter", 0.0)) < threshold:
             continue  # it can never make an episode the scenario counts: no period to expect
         key = ("node", f["node"]) if f.get("node") else ("rank", f["rank"])

@@ -21,7 +21,8 @@ from rankecho.sim.launcher import SIM_ROOT, build_libs
 
 LIBS = [f"{d}/{lib}" for d in ("build", "build-endbr") for lib in ("libcudart.so.12", "libnccl.so.2")]
 PHASES = ("run_step", "fetch_batch", "forward", "backward", "optimizer_step", "allocate_cache",
-          "stall_dataloader", "spin_host_compute", "contend_cpu", "hang_rank", "crash_rank", "desync_rank")
+          "stall_dataloader", "spin_host_compute", "contend_cpu", "hang_rank", "crash_rank", "desync_rank",
+          "stall_memcpy")
 SHT_SYMTAB, SHT_DYNSYM, STT_FUNC = 2, 11, 2
 
 

@@ -13,6 +13,7 @@
  *   rank R world W local L node NODE pid PID tid TID start PROCESS_START
  *   comm NAME HASH RANK_IN_COMM COMM_SIZE
  *   step K START ENTER END SYNC_WAIT LOADER ALLOC FWD_SYNC GPU_ARRIVE CAUSES
+ *   coll K COMM BUCKET CALL_NS        (--log-collectives: before each all-reduce, after its faults)
  *
  * ENTER is when the step's first all-reduce was called, SYNC_WAIT how long the final stream sync
  * blocked, LOADER/ALLOC/FWD_SYNC the time spent fetching the batch, in cudaMalloc/cudaFree, and
@@ -23,16 +24,13 @@
  * last line is `done END`.
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <getopt.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -47,14 +45,14 @@ static const struct api LINKED = {
 };
 #endif
 
-static void die(const char *fmt, const char *arg) {
+void die(const char *fmt, const char *arg) {
     fprintf(stderr, "simrank: ");
     fprintf(stderr, fmt, arg);
     fputc('\n', stderr);
     exit(2);
 }
 
-static void check(int rc, const char *what) {
+void check(int rc, const char *what) {
     if (rc != 0) {
         fprintf(stderr, "simrank: %s failed with code %d\n", what, rc);
         exit(3);
@@ -103,7 +101,8 @@ static void parse(int argc, char **argv, struct cfg *c) {
         {"steps", 1, 0, 's'}, {"compute-us", 1, 0, 'c'}, {"host-us", 1, 0, 'h'}, {"loader-us", 1, 0, 'l'},
         {"kernels", 1, 0, 'k'}, {"allreduce-bytes", 1, 0, 'b'}, {"buckets", 1, 0, 'B'},
         {"malloc-every", 1, 0, 'm'}, {"split", 1, 0, 'S'}, {"fault", 1, 0, 'f'}, {"log", 1, 0, 'L'},
-        {"seed", 1, 0, 'r'}, {"lib-dir", 1, 0, 'd'}, {"dlopen-delay-ms", 1, 0, 'D'}, {0, 0, 0, 0}};
+        {"seed", 1, 0, 'r'}, {"lib-dir", 1, 0, 'd'}, {"dlopen-delay-ms", 1, 0, 'D'}, {"noise-us", 1, 0, 'N'},
+        {"log-collectives", 0, 0, 'C'}, {0, 0, 0, 0}};
     static const char *log_path;
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -120,6 +119,12 @@ static void parse(int argc, char **argv, struct cfg *c) {
         case 'd': c->lib_dir = optarg; break;
         case 'D': c->dlopen_delay_ms = atoi(optarg); break;
         case 'L': log_path = optarg; break;
+        case 'C': c->log_colls = 1; break;
+        case 'N':
+            if (sscanf(optarg, "%lf:%lf:%lf", &c->noise_us[0], &c->noise_us[1], &c->noise_us[2]) != 3 ||
+                c->noise_us[0] < 0 || c->noise_us[1] < 0 || c->noise_us[2] < 0)
+                die("bad --noise-us %s (want COMPUTE_US:HOST_US:LOADER_US, each >= 0)", optarg);
+            break;
         case 'S': {
             struct split_cfg *s = &c->splits[c->nsplits];
             unsigned long long bytes;
@@ -133,7 +138,7 @@ static void parse(int argc, char **argv, struct cfg *c) {
         }
         case 'f':
             if (c->nfaults == MAX_FAULTS || fault_parse(optarg, &c->faults[c->nfaults]) != 0)
-                die("bad --fault %s (want KIND:MS:EVERY:START_STEP:JITTER_MS)", optarg);
+                die("bad --fault %s (want KIND:MS:EVERY:START_STEP:JITTER_MS[:END[:STEPS|-[:COMM[:BUCKET]]]])", optarg);
             c->nfaults++;
             break;
         default: die("%s", "unknown option; see the comment at the top of simrank.c");
@@ -142,55 +147,6 @@ static void parse(int argc, char **argv, struct cfg *c) {
     if (c->world < 1 || c->rank < 0 || c->rank >= c->world) die("%s", "RANK must be in [0, WORLD_SIZE)");
     if (c->kernels < 3 || c->buckets < 1 || c->steps < 0) die("%s", "need --kernels >= 3, --buckets >= 1");
     if (log_path && freopen(log_path, "w", stdout) == NULL) die("cannot write log %s", log_path);
-}
-
-/* Rank 0 hands the 128-byte id to every other rank over TCP, as a TCPStore get/set would. */
-struct serve_arg {
-    int fd, clients;
-    ncclUniqueId id;
-};
-
-static void *serve_id(void *p) {
-    struct serve_arg *a = p;
-    for (int i = 0; i < a->clients; i++) {
-        int c = accept(a->fd, NULL, NULL);
-        if (c < 0) break;
-        if (write(c, &a->id, sizeof a->id) != (ssize_t)sizeof a->id) perror("simrank: id store");
-        close(c);
-    }
-    close(a->fd);
-    return NULL;
-}
-
-static ncclUniqueId exchange_id(const struct cfg *c, const struct api *api) {
-    static struct serve_arg arg;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->master_port)};
-    if (inet_pton(AF_INET, c->master_addr, &sa.sin_addr) != 1) die("MASTER_ADDR %s is not IPv4", c->master_addr);
-    if (c->rank == 0) {
-        check(api->ncclGetUniqueId(&arg.id), "ncclGetUniqueId");
-        if (c->world == 1) return arg.id;
-        int one = 1;
-        arg.fd = socket(AF_INET, SOCK_STREAM, 0);
-        setsockopt(arg.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(arg.fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(arg.fd, 128) != 0)
-            die("cannot listen on MASTER_ADDR:MASTER_PORT (%s); pick a free MASTER_PORT", c->master_addr);
-        arg.clients = c->world - 1;
-        pthread_t t;
-        pthread_create(&t, NULL, serve_id, &arg);
-        pthread_detach(t);
-        return arg.id;
-    }
-    ncclUniqueId id;
-    for (int64_t deadline = sim_now_ns() + 60 * 1000000000LL;;) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && read(fd, &id, sizeof id) == (ssize_t)sizeof id) {
-            close(fd);
-            return id;
-        }
-        close(fd);
-        if (sim_now_ns() > deadline) die("no unique id from rank 0 at MASTER_ADDR %s within 60 s", c->master_addr);
-        usleep(20000);
-    }
 }
 
 static void kernel_fwd(void) {}
@@ -221,7 +177,7 @@ struct rank {
 /* What one step does, worked out before it starts. */
 struct plan {
     int step, n_fwd, n_bwd;
-    double kernel_us, host_per_kernel, slow;
+    double kernel_us, host_per_kernel, loader_us, slow; /* healthy work, with any --noise-us drawn */
     double link_rank, link_nic; /* slow_link / slow_nic factors this step (1.0: healthy) */
     uint64_t bucket_count;
     int desync; /* a desync fault fires: desync_rank issues the first bucket */
@@ -255,7 +211,7 @@ SIM_PHASE static void setup(struct rank *r) {
 
 /* The data-loader wait (off-CPU), then any dataloader_stall fault. */
 SIM_PHASE static void fetch_batch(const struct cfg *c, const struct plan *p) {
-    wait_off_cpu(c->loader_us / 1000.0);
+    wait_off_cpu(p->loader_us / 1000.0);
     for (int i = 0; i < c->nfaults; i++)
         if (p->fired[i] > 0 && c->faults[i].kind == F_DATALOADER_STALL) stall_dataloader(p->fired[i]);
 }
@@ -282,16 +238,23 @@ SIM_PHASE static int64_t forward(struct rank *r, const struct plan *p) {
     return sim_realtime_ns() - fwd_sync;
 }
 
-/* Faults that strike right before the step's first collective. */
-SIM_PHASE static void before_collective(const struct cfg *c, const struct plan *p) {
+/* Faults that strike right before a collective: the world's bucket `bucket` (comm -1) or split `comm`'s
+ * all-reduce (the step's first collective unless a fault chose another); then its `coll` log line. */
+SIM_PHASE static void before_collective(const struct rank *r, const struct plan *p, int comm, int bucket) {
+    const struct cfg *c = &r->c;
     for (int i = 0; i < c->nfaults; i++) {
         const struct fault *f = &c->faults[i];
+        if (f->comm != comm || f->bucket != bucket) continue;
         if (fault_fires(f, p->step) && f->kind == F_HANG) hang_rank(f, p->step);
         if (fault_fires(f, p->step) && f->kind == F_CRASH) crash_rank(f, p->step);
         if (p->fired[i] <= 0) continue;
         if (f->kind == F_HOST_COMPUTE) spin_host_compute(p->fired[i]);
         if (f->kind == F_CPU_CONTENTION) contend_cpu(p->fired[i]);
+        if (f->kind == F_MEMCPY_STALL) stall_memcpy(&r->a, r->batch, p->fired[i]);
     }
+    if (c->log_colls)
+        printf("coll %d %s %d %lld\n", p->step, comm < 0 ? "world" : c->splits[comm].name, bucket,
+               (long long)sim_realtime_ns());
 }
 
 /* desync: log it, then issue the step's first collective with twice the byte count. */
@@ -311,8 +274,8 @@ SIM_PHASE static int64_t backward(struct rank *r, const struct plan *p) {
     for (int k = 0, b = 0; k < p->n_bwd; k++) {
         launch(a, kernel_bwd, p->kernel_us, p->host_per_kernel, r->stream);
         for (; b < (k + 1) * c->buckets / p->n_bwd; b++) { /* bucket b's gradients are ready */
+            before_collective(r, p, -1, b);
             if (b == 0) {
-                before_collective(c, p);
                 enter = sim_realtime_ns();
                 check(a->cudaEventRecord(r->coll_event, r->stream), "cudaEventRecord");
                 if (p->desync) {
@@ -324,10 +287,12 @@ SIM_PHASE static int64_t backward(struct rank *r, const struct plan *p) {
                   "ncclAllReduce");
         }
     }
-    for (int i = 0; i < c->nsplits; i++)
+    for (int i = 0; i < c->nsplits; i++) {
+        before_collective(r, p, i, 0);
         check(a->ncclAllReduce(r->batch, r->batch, c->splits[i].bytes / 2, ncclBfloat16, ncclSum, r->subs[i],
                                r->stream),
               "ncclAllReduce");
+    }
     return enter;
 }
 
@@ -344,8 +309,9 @@ SIM_PHASE static int64_t optimizer_step(struct rank *r) {
 static void plan_step(const struct cfg *c, int step, struct plan *p, char *causes, size_t size) {
     *p = (struct plan){.step = step, .n_fwd = c->kernels / 3, .slow = 1.0, .link_rank = 1.0, .link_nic = 1.0};
     p->n_bwd = c->kernels - p->n_fwd;
-    p->kernel_us = c->compute_us / c->kernels;
-    p->host_per_kernel = c->host_us / c->kernels;
+    p->kernel_us = (c->compute_us + healthy_noise_us(c, step, 0)) / c->kernels;
+    p->host_per_kernel = (c->host_us + healthy_noise_us(c, step, 1)) / c->kernels;
+    p->loader_us = c->loader_us + healthy_noise_us(c, step, 2);
     p->bucket_count = c->allreduce_bytes / (uint64_t)c->buckets / 2; /* bf16 elements */
     for (int i = 0; i < c->nfaults; i++) {
         p->fired[i] = fault_ms_at(&c->faults[i], i, c->rank, step, c->seed);

@@ -22,6 +22,7 @@
     X(cudaDeviceSynchronize, cudaError_t, (void))                                                        \
     X(cudaMalloc, cudaError_t, (void **, size_t))                                                        \
     X(cudaFree, cudaError_t, (void *))                                                                   \
+    X(cudaMemcpy, cudaError_t, (void *, const void *, size_t, enum cudaMemcpyKind))                      \
     X(cudaMemcpyAsync, cudaError_t, (void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t))   \
     X(cudaEventCreate, cudaError_t, (cudaEvent_t *))                                                     \
     X(cudaEventRecord, cudaError_t, (cudaEvent_t, cudaStream_t))                                         \
@@ -57,13 +58,21 @@ enum fault_kind {
     F_DESYNC,
     F_SLOW_LINK, /* this rank's transfer bandwidth / `ms` (the factor) on every communicator */
     F_SLOW_NIC,  /* the same, only on communicators spanning more than one node (a node's slow NIC) */
+    F_MEMCPY_STALL, /* a blocking device-to-host copy of `ms` before the step's first collective */
     F_NKINDS
 };
+
+#define MAX_FAULT_STEPS 64 /* sim/scenario_faults.py's MAX_LISTED_STEPS */
 
 struct fault {
     enum fault_kind kind;
     double ms, jitter_ms;
     int every, start_step;
+    int end_step;                /* last step a periodic fault may fire at (-1: none) */
+    int nsteps;                  /* > 0: it fires exactly at steps[0..nsteps) instead */
+    int steps[MAX_FAULT_STEPS];
+    int comm, bucket;            /* strikes before this collective: comm -1 the world's bucket `bucket`,
+                                    else split `comm`'s all-reduce (hang, crash and the pre-collective delays) */
 };
 
 #define MAX_FAULTS 16
@@ -88,19 +97,31 @@ struct cfg {
     int buckets;
     int malloc_every;
     unsigned seed;
+    double noise_us[3]; /* healthy jitter: compute, host, loader; + uniform [0, max) per rank and step */
     int dlopen_delay_ms;
+    int log_colls; /* --log-collectives: a `coll` line at every collective call */
     struct split_cfg splits[MAX_SPLITS];
     int nsplits;
     struct fault faults[MAX_FAULTS];
     int nfaults;
 };
 
+/* simrank.c: report and exit (die: status 2, bad usage; check: status 3, a failed library call) */
+void die(const char *fmt, const char *arg) __attribute__((noreturn));
+void check(int rc, const char *what);
+
+/* simrank_id.c: the NCCL unique id, from rank 0 over TCP (MASTER_ADDR:MASTER_PORT) */
+ncclUniqueId exchange_id(const struct cfg *c, const struct api *api);
+
 /* simrank_faults.c */
 const char *fault_name(enum fault_kind k);
-int fault_parse(const char *spec, struct fault *out); /* "kind:ms:every:start_step:jitter_ms" */
+/* "kind:ms:every:start_step:jitter_ms[:end[:s1,s2..|-[:comm[:bucket]]]]" */
+int fault_parse(const char *spec, struct fault *out);
+int fault_scheduled(const struct fault *f, int step);  /* a delay or link fault's schedule includes `step` */
 double fault_ms_at(const struct fault *f, int index, int rank, int step, unsigned seed);
 int fault_fires(const struct fault *f, int step); /* a failure kind: 1 at its one step */
 void log_failure(const struct fault *f, int step); /* the `fault KIND STEP VALUE` line */
+double healthy_noise_us(const struct cfg *c, int step, int which); /* which: 0 compute, 1 host, 2 loader */
 void wait_off_cpu(double ms);
 /* The fault injectors, each its own frame in a stack walk (SIM_PHASE): */
 void stall_dataloader(double ms);
@@ -108,6 +129,7 @@ void spin_host_compute(double ms);
 void contend_cpu(double ms); /* needs neighbor_start() first */
 void hang_rank(const struct fault *f, int step);
 void crash_rank(const struct fault *f, int step) __attribute__((noreturn));
+void stall_memcpy(const struct api *a, const void *device_buf, double ms);
 int neighbor_start(void);
 void neighbor_stop(void);
 

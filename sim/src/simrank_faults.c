@@ -13,7 +13,9 @@
  *                   instance it takes part in takes longer for every member (the hub applies it, comm.c)
  * slow_nic          the same, only on communicators spanning more than one node (a node's slow NIC; the
  *                   scenario's `slow_link` on a node)
- * The last three fire once, at start_step, and log a `fault KIND STEP VALUE` line before acting.
+ * memcpy_stall      a blocking cudaMemcpy (device to host) sized to take `ms`, before the collective: the
+ *                   rank is inside the copy call, off-CPU (like a .item() / .cpu() on a large tensor)
+ * hang, crash and desync fire once, at start_step, and log a `fault KIND STEP VALUE` line before acting.
  */
 #define _GNU_SOURCE
 #include <poll.h>
@@ -32,23 +34,66 @@
 
 static const char *const NAMES[F_NKINDS] = {"host_compute", "dataloader_stall", "cpu_contention", "slow_gpu",
                                             "alloc_stall",  "hang",             "crash",          "desync",
-                                            "slow_link",    "slow_nic"};
+                                            "slow_link",    "slow_nic",         "memcpy_stall"};
 
 const char *fault_name(enum fault_kind k) { return (unsigned)k < F_NKINDS ? NAMES[k] : "?"; }
+
+/* A whole decimal integer >= lo; 0 when `text` is one. */
+static int parse_int(const char *text, int lo, int *out) {
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end != '\0' || v < lo || v > 1000000000L) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* The optional tail ":END[:STEPS[:COMM[:BUCKET]]]" (END -1: none; STEPS "-" or "S1,S2,..."; COMM -1: the
+ * world, else a split's index; BUCKET a world bucket); 0 when well-formed. */
+static int parse_tail(const char *tail, struct fault *f) {
+    char buf[1024], *field[4] = {0};
+    int n = 0;
+    if (*tail == '\0') return 0;
+    if (*tail != ':' || strlen(tail) >= sizeof buf) return -1;
+    strcpy(buf, tail + 1);
+    for (char *p = buf; p != NULL && n < 5; n++) {
+        if (n == 4) return -1; /* a fifth field */
+        field[n] = p;
+        if ((p = strchr(p, ':')) != NULL) *p++ = '\0';
+    }
+    if (parse_int(field[0], -1, &f->end_step) != 0) return -1;
+    if (field[1] != NULL && strcmp(field[1], "-") != 0) {
+        for (char *save = NULL, *s = strtok_r(field[1], ",", &save); s; s = strtok_r(NULL, ",", &save))
+            if (f->nsteps == MAX_FAULT_STEPS || parse_int(s, 0, &f->steps[f->nsteps++]) != 0) return -1;
+        if (f->nsteps == 0) return -1;
+    }
+    if (field[2] != NULL && (parse_int(field[2], -1, &f->comm) != 0 || f->comm >= MAX_SPLITS)) return -1;
+    if (field[3] != NULL && parse_int(field[3], 0, &f->bucket) != 0) return -1;
+    return 0;
+}
 
 int fault_parse(const char *spec, struct fault *out) {
     char kind[32];
     double ms, jitter;
-    int every, start;
-    if (sscanf(spec, "%31[a-z_]:%lf:%d:%d:%lf", kind, &ms, &every, &start, &jitter) != 5) return -1;
+    int every, start, n = 0;
+    if (sscanf(spec, "%31[a-z_]:%lf:%d:%d:%lf%n", kind, &ms, &every, &start, &jitter, &n) != 5) return -1;
     for (int k = 0; k < F_NKINDS; k++) {
         if (strcmp(kind, NAMES[k]) == 0) {
             if (ms < 0 || every < 1 || start < 0 || jitter < 0) return -1;
-            *out = (struct fault){(enum fault_kind)k, ms, jitter, every, start};
-            return 0;
+            *out = (struct fault){(enum fault_kind)k, ms, jitter, every, start, .end_step = -1, .comm = -1};
+            return parse_tail(spec + n, out);
         }
     }
     return -1;
+}
+
+int fault_scheduled(const struct fault *f, int step) {
+    if (f->nsteps > 0) {
+        for (int i = 0; i < f->nsteps; i++)
+            if (f->steps[i] == step) return 1;
+        return 0;
+    }
+    if (f->end_step >= 0 && step > f->end_step) return 0;
+    return step >= f->start_step && (step - f->start_step) % f->every == 0;
 }
 
 static uint64_t mix(uint64_t z) {
@@ -62,12 +107,21 @@ static uint64_t mix(uint64_t z) {
 double fault_ms_at(const struct fault *f, int index, int rank, int step, unsigned seed) {
     if (f->kind == F_HANG || f->kind == F_CRASH || f->kind == F_DESYNC) /* once; only a timed hang delays */
         return f->kind == F_HANG && fault_fires(f, step) ? f->ms : 0;
-    if (step < f->start_step || (step - f->start_step) % f->every != 0) return 0;
+    if (!fault_scheduled(f, step)) return 0;
     uint64_t h = mix(((uint64_t)seed << 40) ^ ((uint64_t)(unsigned)rank << 24) ^ ((uint64_t)index << 20) ^
                      (uint64_t)(unsigned)step);
     double u = (double)(h >> 11) / (double)(1ULL << 53); /* [0, 1) */
     double ms = f->ms + f->jitter_ms * (2.0 * u - 1.0);
     return ms > 0 ? ms : 0;
+}
+
+/* Healthy jitter (--noise-us): uniform in [0, max) us, a function of (seed, rank, step, which) only, so a
+ * scenario's noise is the same on every run and in both rank programs (pyrank_lib.healthy_noise_us). */
+double healthy_noise_us(const struct cfg *c, int step, int which) {
+    if (c->noise_us[which] <= 0) return 0;
+    uint64_t h = mix(((uint64_t)c->seed << 40) ^ ((uint64_t)(unsigned)c->rank << 24) ^ (uint64_t)(unsigned)step ^
+                     ((uint64_t)(which + 1) << 56));
+    return c->noise_us[which] * ((double)(h >> 11) / (double)(1ULL << 53));
 }
 
 int fault_fires(const struct fault *f, int step) {
@@ -94,6 +148,17 @@ SIM_PHASE void hang_rank(const struct fault *f, int step) {
 SIM_PHASE void crash_rank(const struct fault *f, int step) {
     log_failure(f, step);
     _exit((int)f->ms);
+}
+
+/* memcpy_stall: one blocking device-to-host copy whose size the fake PCIe rate turns into `ms` (its
+ * cudaMemcpy costs 2 us plus bytes / RANKECHO_SIM_PCIE_GBPS, cudart_mem.c). */
+SIM_PHASE void stall_memcpy(const struct api *a, const void *device_buf, double ms) {
+    static char host[1]; /* a device-to-host copy is never dereferenced by the fake runtime */
+    double gbps = sim_env_double(SIM_ENV_PCIE_GBPS, SIM_DEFAULT_PCIE_GBPS);
+    double ns = ms * 1e6 - 2000;
+    size_t bytes = ns > 0 ? (size_t)(ns * gbps) : 1;
+    if (a->cudaMemcpy(host, device_buf, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+        fprintf(stderr, "simrank: memcpy_stall: cudaMemcpy failed\n");
 }
 
 /* dataloader_stall: the loader's queue stays empty for `ms` (off-CPU, sleeping). */
