@@ -93,6 +93,8 @@ SEED_EXAMPLES = ("per_node_events", "chains", "stragglers", "health_quantiles")
 def seed_examples() -> list[NamedQuery]:
     """The fan-in proof's four queries, verbatim, with their docstrings."""
     return [FANIN[name] for name in SEED_EXAMPLES]
+WRITER: Mapping[str, NamedQuery] = load_dir(HERE / "writer")
+"""The writer's own reads while it commits (:mod:`rankecho.echo.store.resend`); not in :data:`QUERIES`."""
 RETENTION: Mapping[str, NamedQuery] = load_dir(HERE / "retention")
 """The writer's retention statements (roll up, delete below a cutoff, measure), run by
 :mod:`rankecho.echo.store.retention` on the writer thread; not read queries, so not in :data:`QUERIES`."""

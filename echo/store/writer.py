@@ -3,9 +3,10 @@
 Receivers decode a request into an Arrow table (the ``events`` columns) and :meth:`Writer.submit` it;
 they get a future that resolves only after the rows are COMMITted (acknowledged = durable). The writer
 thread merges queued batches into commits of up to ``batch_rows`` rows. An event whose id is already
-stored is skipped (:func:`fresh_events`), so resends are no-ops (counted as duplicates skipped); the
-rest is stored by :func:`rankecho.echo.store.staging.stage`. The queue is bounded
-in rows: :class:`QueueFullError` tells the receiver to answer "retry later" instead of growing memory.
+stored is skipped (:func:`rankecho.echo.store.resend.fresh_events`), so resends are no-ops (counted as
+duplicates skipped); the rest is stored by :func:`rankecho.echo.store.staging.stage`. The queue is
+bounded in rows: :class:`QueueFullError` tells the receiver to answer "retry later" instead of growing
+memory.
 
 Usage::
 
@@ -47,6 +48,7 @@ from rankecho.echo.store.condition import (
     probe_write,
     store_caused,
 )
+from rankecho.echo.store.resend import fresh_events
 from rankecho.echo.store.staging import STAGED, stage
 from rankecho.echo.store.typed_events import REST_COLUMN
 
@@ -364,43 +366,6 @@ class Writer:
             if staged:
                 con.unregister(STAGED)
         return new.num_rows
-
-
-def fresh_events(con: duckdb.DuckDBPyConnection, table: pa.Table) -> pa.Table:
-    """The rows of ``table`` whose event id is not stored yet, each id once (the first row that has it).
-
-    Producers resend whole requests (a lost acknowledgement, a spool replayed after a restart) with the
-    same ids and times, so a resent event is found among the rows stored in the request's own time range,
-    which the typed tables' and ``events_generic``'s time order lets DuckDB read in a few row groups:
-    no index over every event id (it would live in memory and grow with the store)."""
-    bounds = pc.min_max(table["timestamp_ns"])
-    low, high = bounds["min"].as_py(), bounds["max"].as_py()
-    con.register("incoming", table.select(["event_id", "timestamp_ns"]))
-    stored = con.execute(STORED_IDS, [low, high]).fetchall()
-    con.unregister("incoming")
-    ids = table["event_id"]
-    if stored:
-        keep = pc.invert(pc.is_in(ids, value_set=pa.array([r[0] for r in stored], pa.string())))
-        table = table.filter(keep)
-        ids = table["event_id"]
-    if pc.count_distinct(ids).as_py() < table.num_rows:  # the same event twice in one batch
-        seen: set[str] = set()
-        first = [i for i, v in enumerate(ids.to_pylist()) if not (v in seen or seen.add(v))]  # type: ignore[func-returns-value]
-        table = table.take(pa.array(first, pa.int64()))
-    return table
-
-
-STORED_IDS = """
-SELECT DISTINCT i.event_id FROM incoming i
-WHERE i.event_id IN (
-    SELECT event_id FROM events_generic WHERE timestamp_ns BETWEEN $1 AND $2
-    UNION ALL SELECT event_id FROM collectives WHERE enter_ns BETWEEN $1 AND $2 AND NOT in_generic
-    UNION ALL SELECT event_id FROM host_activity
-              WHERE start_ns BETWEEN $1 AND $2 AND NOT in_generic AND kind <> 'runq'
-)
-"""
-"""Ids of a request already stored (a typed-only event's time is its enter or start:
-typed_events.TIMESTAMP)."""
 
 
 def rollback(con: duckdb.DuckDBPyConnection) -> None:
