@@ -117,26 +117,30 @@ def test_a_resend_stores_nothing_and_counts_the_skips(
 
 def test_an_event_the_typed_columns_cannot_reproduce_keeps_its_row(tmp_path: Path) -> None:
     """A seq sent as text, an in_group sent as false (the typed column's default), a collective without
-    its enter attribute: each is analysed from its typed row, and stored as sent."""
+    its enter attribute, a value that is not its enter-to-return time: each is analysed from its typed
+    row, and stored as sent."""
     resource = {c.CLUSTER_NAME: "c1", c.NODE_NAME: "node-a", c.RANK: 0, c.NRANKS: 2, c.PROCESS_PID: 7}
     t0 = time.time_ns() - 10**9
 
-    def point(event_id: str, seq: Any, **extra: Any) -> Point:
-        attrs = {c.OP: "ncclAllReduce", c.COMM_ID: "ab", c.SEQ: seq, c.SEQ_ALIGNED: True,
-                 c.ENTER_NS: t0, c.RETURN_NS: t0 + 5, c.CAUSAL_CHAIN_ID: f"ab:{seq}", c.EVENT_ID: event_id,
+    def point(event_id: str, seq: Any, value: float = 1.5, **extra: Any) -> Point:
+        attrs = {c.OP: "ncclAllReduce", c.COMM_ID: "ab", c.SEQ: seq, c.SEQ_ALIGNED: True, c.ENTER_NS: t0,
+                 c.RETURN_NS: t0 + 1_500_000, c.CAUSAL_CHAIN_ID: f"ab:{seq}", c.EVENT_ID: event_id,
                  **extra}  # fmt: skip
-        return Point(c.M_COLLECTIVE, t0, 1.5, {k: v for k, v in attrs.items() if v is not None})
+        return Point(c.M_COLLECTIVE, t0, value, {k: v for k, v in attrs.items() if v is not None})
 
     points = [point("exact", 1), point("text-seq", "2"), point("explicit-false", 3, **{c.IN_GROUP: False}),
-              point("no-enter", 4, **{c.ENTER_NS: None})]  # fmt: skip
+              point("no-enter", 4, **{c.ENTER_NS: None}),
+              point("other-value", 5, value=2.0)]  # not the ms from enter to return: stored, not derived
+    odd = {"text-seq", "explicit-false", "no-enter", "other-value"}
     with inproc_echo(tmp_path / "odd.db") as echo:
         grpc_export(echo.grpc_address, metrics_request(resource, points), TEST_TOKEN)
         flags = dict(rows(echo, "SELECT event_id, in_generic FROM collectives"))
-        assert flags == {"exact": False, "text-seq": True, "explicit-false": True, "no-enter": True}
-        generic = {r[0] for r in rows(echo, "SELECT event_id FROM events_generic")}
-        assert generic == {"text-seq", "explicit-false", "no-enter"}
+        assert flags == {"exact": False} | {name: True for name in odd}
+        assert {r[0] for r in rows(echo, "SELECT event_id FROM events_generic")} == odd
         back = dict(rows(echo, "SELECT event_id, attrs_json FROM events"))
+        values = dict(rows(echo, "SELECT event_id, value_double FROM events"))
     assert json.loads(back["text-seq"])[c.SEQ] == "2"
     assert json.loads(back["explicit-false"])[c.IN_GROUP] is False
     assert c.ENTER_NS not in json.loads(back["no-enter"])
     assert json.loads(back["exact"])[c.SEQ] == 1 and c.IN_GROUP not in json.loads(back["exact"])
+    assert values["exact"] == 1.5 and values["other-value"] == 2.0

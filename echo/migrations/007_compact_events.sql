@@ -28,7 +28,6 @@ CREATE TABLE attr_sets (
     attrs_json  VARCHAR NOT NULL
 );
 ALTER TABLE collectives ADD COLUMN received_ns BIGINT;
-ALTER TABLE collectives ADD COLUMN value_double DOUBLE;  -- ms from enter to completion (or return)
 ALTER TABLE collectives ADD COLUMN attrs_id INTEGER;
 ALTER TABLE collectives ADD COLUMN in_generic BOOLEAN DEFAULT true;  -- the event's row is in events_generic
 ALTER TABLE host_activity ADD COLUMN nranks INTEGER;

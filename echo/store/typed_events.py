@@ -100,6 +100,12 @@ HOST_FIELDS: tuple[Field, ...] = (
 FIELDS: dict[str, tuple[Field, ...]] = {"collectives": COLLECTIVE_FIELDS, "host_activity": HOST_FIELDS}
 TIMESTAMP: dict[str, str] = {"collectives": "enter_ns", "host_activity": "start_ns"}
 """The typed column that is the event's ``timestamp_ns``."""
+VALUE: dict[str, str] = {
+    "collectives": f"(coalesce(complete_ns, return_ns) - enter_ns) / {NS_PER_MS:g}",
+    "host_activity": "value_double",
+}
+"""The event's ``value_double``: a collective's is the ms from enter to completion (or return), derived
+(8 B a row less to store); an interval's is stored as sent (its end is split by run-queue waits)."""
 METRIC: dict[str, str] = {
     "collectives": f"'{c.M_COLLECTIVE}'",
     "host_activity": "CASE kind " + " ".join(f"WHEN '{k}' THEN '{m}'" for k, m in HOST_KINDS.items())
@@ -165,7 +171,7 @@ def exact_sql(table: str) -> str:
     field rebuilds to exactly the value sent (compared as JSON text, so the type counts too) and the
     timestamp is the typed one. Attributes outside the fields are kept verbatim anyway."""
     checks = [f"sent_ts = {TIMESTAMP[table]}", "sent_signal = 'metric'", "sent_vi IS NULL",
-              "sent_vd IS NOT DISTINCT FROM value_double"]
+              f"sent_vd IS NOT DISTINCT FROM {VALUE[table]}"]
     for i, f in enumerate(FIELDS[table], start=1):
         checks.append(f"sent_fields[{i}]::VARCHAR IS NOT DISTINCT FROM to_json({f.rebuild})::VARCHAR")
     return " AND ".join(f"({check})" for check in checks)
@@ -179,7 +185,8 @@ EVENT_COLUMNS = ("event_id", "timestamp_ns", "received_ns", "signal", "cluster_i
 def _typed_select(table: str) -> str:
     return (
         f"SELECT t.event_id, t.{TIMESTAMP[table]} AS timestamp_ns, t.received_ns, 'metric' AS signal, "
-        f"t.cluster_id, t.node_id, {METRIC[table]} AS metric_name, t.rank, t.nranks, t.value_double, "
+        f"t.cluster_id, t.node_id, {METRIC[table]} AS metric_name, t.rank, t.nranks, "
+        f"{VALUE[table]} AS value_double, "
         f"CAST(NULL AS BIGINT) AS value_int, t.causal_chain_id, "
         f"CAST({rebuilt_attrs(table)} AS VARCHAR) AS attrs_json\n"
         f"FROM (SELECT * FROM {table} WHERE NOT in_generic AND {EVENT_ROWS[table]}) t\n"

@@ -23,7 +23,7 @@ SELECT *,
        hash(cluster_id, node_id) AS node_key,
        hash(cluster_id, node_id, pid, tid) AS thread_key
 FROM (
-SELECT event_id, cluster_id, node_id, rank, nranks, received_ns, value_double,
+SELECT event_id, cluster_id, node_id, rank, nranks, received_ns,
        TRY_CAST(a[1] AS BIGINT) AS pid,
        TRY_CAST(a[2] AS BIGINT) AS process_start_ns,
        a[3] AS agent_instance,
