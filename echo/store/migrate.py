@@ -11,7 +11,9 @@ Usage::
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -22,6 +24,7 @@ from rankecho.echo.store.staging import backfill, prepare
 from rankecho.echo.store.typed_events import EVENT_COLUMNS, events_view_sql
 from rankecho.echo.store.writer import rollback
 
+log = logging.getLogger(__name__)
 _NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
 
@@ -40,8 +43,15 @@ def events_to_view(con: duckdb.DuckDBPyConnection) -> None:
     """v7: the stored events move to ``events_generic`` (unchanged; their typed copies say
     ``in_generic``), and ``events`` becomes the view (:func:`migrate` creates it)."""
     columns = ", ".join(EVENT_COLUMNS)
+    counted = con.execute("SELECT count(*) FROM events").fetchall()[0][0]
+    if counted:  # one copy of every stored event: minutes for a large store, and the disk for a second copy
+        log.info("schema v7: moving %d stored events to events_generic (one copy, in one transaction; "
+                 "about a million events a second)", counted)  # fmt: skip
+    started = time.monotonic()
     con.execute(f"INSERT INTO events_generic ({columns}) SELECT {columns} FROM events")
     con.execute("DROP TABLE events")
+    if counted:
+        log.info("schema v7: %d events moved in %.1f s", counted, time.monotonic() - started)
 
 
 AFTER: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {2: backfill, 7: events_to_view}
