@@ -43,7 +43,7 @@ from rankecho.showcase_cli import EVALUATE_DESCRIPTION, EVALUATE_EXAMPLES, add_e
 from rankecho.sim.launcher import LaunchOptions
 from rankecho.sim.procs import LaunchError
 from rankecho.sim.scenario import Fault, Scenario, ScenarioError, load_scenario
-from rankecho.sim.score import Score, periods, predictions_from, score
+from rankecho.sim.score import Score, periods, predictions_from, score, spilled_nodes
 from rankecho.sim.score_failures import FailureScore, score_failures
 from rankecho.sim.score_links import LinkScore, score_links
 
@@ -82,6 +82,9 @@ class ScenarioResult:
     failure_scenario: bool = False
     """The scenario has a hang, crash or desync: scored in the failures table only (its job stops, so
     there is no straggler or link score)."""
+    spilled: set[str] = field(default_factory=set)
+    """Named nodes late only where a fault struck one of their ranks (sim/score.py ``spilled_nodes``):
+    not named without a fault."""
 
     @property
     def score(self) -> Score:
@@ -102,7 +105,7 @@ class ScenarioResult:
         """Named by the default call with no fault behind it; a scenario's links are scored apart (the
         link table), so with a slow_link fault a named link is not one of these."""
         scored_apart = {who for who in self.named if self.link_faults and who.startswith("link ")}
-        return set(self.named) - scored_apart - self.faulted
+        return set(self.named) - scored_apart - self.faulted - self.spilled
 
     @property
     def periods_exact(self) -> bool:
@@ -191,6 +194,7 @@ def evaluate(path: Path, workdir: Path, timeout_s: float = 300.0) -> ScenarioRes
         causes_right=s.causes_right,
         periods=periods(run.truth, scored),
         named=[_who(x) for x in default["stragglers"] if x["cluster_id"] == scenario.cluster_id],
+        spilled=spilled_nodes(run.truth, default),
         threshold_ms=scenario.straggler_threshold_ms,
         noise_threshold_ms=cluster["noise"]["threshold_ms"] if cluster else None,
         wall_s=round(time.monotonic() - started, 1),

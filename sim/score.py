@@ -165,6 +165,31 @@ def predictions_from(truth: dict[str, Any], diagnosis: dict[str, Any]) -> list[P
     return out
 
 
+def spilled_nodes(truth: dict[str, Any], diagnosis: dict[str, Any]) -> set[str]:
+    """Nodes the diagnosis names (``"node node-b"``) only at steps where a planted fault struck one of
+    their own ranks. The simulated nodes share this machine's few cores, so a fault's CPU hog or stall
+    can hold the node's other ranks back too: their calls really enter late (the agent times the call;
+    the rank's log times the instant before it), and a node late at that step is late by that fault,
+    not named without one."""
+    node_of = {r["rank"]: r["node_id"] for r in truth["ranks"]}
+    struck = {(s["step"], node_of[r["rank"]]) for s in truth["per_step"] for r in s["ranks"] if r["cause"]}
+    out = set()
+    for straggler in diagnosis["stragglers"]:
+        if straggler["cluster_id"] != truth["cluster_id"] or straggler["kind"] != "node":
+            continue
+        episodes = straggler["episodes"]
+        if episodes and all(_struck_episode(truth, diagnosis, straggler, e, struck) for e in episodes):
+            out.add(f"node {straggler['node_id']}")
+    return out
+
+
+def _struck_episode(truth: dict[str, Any], diagnosis: dict[str, Any], straggler: dict[str, Any],
+                    episode: dict[str, Any], struck: set[tuple[int, str]]) -> bool:
+    """Whether any rank of a node's episode maps to a step where a fault struck that node."""
+    one = {**diagnosis, "stragglers": [{**straggler, "episodes": [episode]}]}
+    return any((step, straggler["node_id"]) in struck for step, _, _ in predictions_from(truth, one))
+
+
 def periods(truth: dict[str, Any], diagnosis: dict[str, Any]) -> list[tuple[str, int, int | None]]:
     """For every injected fault big enough to make episodes of the scenario's threshold (ms + jitter at
     least the threshold): (who, its period, the period the diagnosis reports for that rank or node;

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from rankecho.sim.score import injected_stragglers, periods, predictions_from, score, unobserved
+from rankecho.sim.score import (
+    injected_stragglers,
+    periods,
+    predictions_from,
+    score,
+    spilled_nodes,
+    unobserved,
+)
 
 
 def truth_with(
@@ -165,3 +172,22 @@ def test_a_fault_that_fired_short_of_the_threshold_is_neutral_and_expects_no_per
     truth["faults"] = faults
     diag = {"stragglers": []}
     assert periods(truth, diag) == [("rank 3", 7, None)]  # 30 + 10 < 50: rank 2 can never be an episode
+
+
+def test_a_node_named_only_where_a_fault_struck_one_of_its_ranks_is_not_named_without_one() -> None:
+    """Node b (ranks 2, 3) named at step 3, where rank 2's fault fired (its hog held rank 3 back on the
+    shared cores): late by that fault. Named at step 9 too, where no fault struck b: named without one."""
+    truth = full_truth()
+    t0, step_ns, late = 1_000_000_000_000, 45_000_000, 60_000_000
+
+    def node_b(*steps: int) -> dict[str, Any]:
+        answer = diagnosis("a", [])
+        answer["stragglers"] = [{"cluster_id": "c", "kind": "node", "node_id": "b", "rank": None,
+                                 "episodes": [{"timestamp_ns": t0 + s * step_ns + late, "cause": "allocator",
+                                               "ranks": [2, 3]} for s in steps]}]  # fmt: skip
+        return answer
+
+    assert spilled_nodes(truth, node_b(3)) == {"node b"}
+    assert spilled_nodes(truth, node_b(3, 6)) == {"node b"}
+    assert spilled_nodes(truth, node_b(3, 9)) == set()
+    assert spilled_nodes(truth, diagnosis("a", [(2, t0 + 3 * step_ns + late, "allocator")])) == set()
