@@ -76,12 +76,6 @@ TARGETS: dict[str, Target] = {
                       "tests/test_durability.py", "tests/test_echo_serve.py"),
                      "the single writer: commit before acknowledge, duplicates, isolation of bad requests, "
                      "what a failed commit reports, checkpoints and probes at idle"),
-    # test_compact_store.py first: real Echo, the agent's own tracker, every event compared with its row.
-    "store": Target(("echo/store/resend.py", "echo/store/staging.py", "echo/store/typed_events.py"),
-                    ("tests/test_compact_store.py", "tests/test_analysis_staging.py",
-                     "tests/test_echo_writer.py"),
-                    "each event stored once: the resend check, the typed-only decision and what the events "
-                    "view rebuilds (schema v7)"),
 }
 
 
