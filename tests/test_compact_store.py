@@ -17,6 +17,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from rankecho.echo.app import Echo
 from rankecho.echo.ingest.metrics import decode_metrics
 from rankecho.echo.ingest.rows import ARROW_SCHEMA, AttrResolver, RowBatch
+from rankecho.echo.queries import QUERIES
 from rankecho.echo.store.typed_events import TABLE_OF_METRIC
 from rankecho.shared import contract as c
 from rankecho.shared.otlp import Point, metrics_request
@@ -144,3 +145,56 @@ def test_an_event_the_typed_columns_cannot_reproduce_keeps_its_row(tmp_path: Pat
     assert c.ENTER_NS not in json.loads(back["no-enter"])
     assert json.loads(back["exact"])[c.SEQ] == 1 and c.IN_GROUP not in json.loads(back["exact"])
     assert values["exact"] == 1.5 and values["other-value"] == 2.0
+
+
+GPU_HOURS_OVER_THE_VIEW = """
+WITH gpus AS (
+    SELECT cluster_id, node_id, rank,
+           max(json_extract_string(attrs_json, '$."rankecho.gpu.model"')) AS gpu_model,
+           (max(timestamp_ns) - min(timestamp_ns)) / 3.6e12 AS hours
+    FROM events
+    WHERE rank IS NOT NULL
+      AND ($start_ns IS NULL OR timestamp_ns >= $start_ns)
+      AND ($end_ns IS NULL OR timestamp_ns < $end_ns)
+      AND ($cluster_id IS NULL OR cluster_id = $cluster_id)
+      AND ($job_id IS NULL OR coalesce(json_extract_string(attrs_json, '$."rankecho.job.id"'), '') = $job_id)
+    GROUP BY cluster_id, node_id, rank
+)
+SELECT cluster_id, node_id, gpu_model, count(*) AS gpus, sum(hours) AS gpu_hours
+FROM gpus GROUP BY cluster_id, node_id, gpu_model ORDER BY cluster_id, node_id, gpu_model
+"""
+"""gpu_hours as defined on the seed's ``events`` (attributes rebuilt per row): the oracle for the named
+query, which reads each typed row's attributes once per attribute set."""
+
+
+def test_gpu_hours_reads_the_typed_tables_as_the_view_defines_it(
+    requests: list[ExportMetricsServiceRequest], echo_inproc: Echo
+) -> None:
+    for request in requests:
+        grpc_export(echo_inproc.grpc_address, request, TEST_TOKEN)
+    # a GPU-less rank's health point (generic) and one collective kept as sent (seq as text)
+    t = time.time_ns() - 3000 * 10**9
+    odd = Point(c.M_COLLECTIVE, t, 12.0, {c.SEQ: "7", c.COMM_ID: "ab", c.OP: "ncclAllReduce",
+                                          c.ENTER_NS: t, c.EVENT_ID: "odd-1"})  # fmt: skip
+    exact = Point(c.M_COLLECTIVE, t, 1.5, {c.SEQ: 7, c.COMM_ID: "ab", c.OP: "ncclAllReduce", c.ENTER_NS: t,
+                                           c.RETURN_NS: t + 1_500_000, c.SEQ_ALIGNED: True,
+                                           c.CAUSAL_CHAIN_ID: "ab:7", c.EVENT_ID: "exact-1"})  # fmt: skip
+    lone = Point(c.M_HEALTH, t, 0.5, {c.EVENT_ID: "lone-1"})
+    for point, rank, model in ((odd, 90, "NVIDIA A100"), (lone, 91, None), (exact, 92, "NVIDIA B200")):
+        resource = {c.CLUSTER_NAME: "fleet", c.NODE_NAME: "odd-node", c.RANK: rank,
+                    **({c.GPU_MODEL: model} if model else {})}  # fmt: skip
+        grpc_export(echo_inproc.grpc_address, metrics_request(resource, [point]), TEST_TOKEN)
+    ((lo, hi, job),) = rows(echo_inproc, "SELECT min(enter_ns), max(enter_ns), max(job_id) FROM collectives")
+    named = QUERIES["gpu_hours"]
+    cases = [{}, {"job_id": job}, {"job_id": ""}, {"start_ns": (lo + hi) // 2},
+             {"end_ns": (lo + hi) // 2, "cluster_id": "fleet"}, {"cluster_id": "elsewhere"}]  # fmt: skip
+    for case in cases:
+        params = {"start_ns": None, "end_ns": None, "cluster_id": None, "job_id": None} | case
+        got = echo_inproc.reader.query(named.sql, named.bind(max_rows=1000, **params)).rows
+        want = echo_inproc.reader.query(GPU_HOURS_OVER_THE_VIEW, params).rows
+        assert [r[:4] for r in got] == [r[:4] for r in want], case
+        assert [r[4] for r in got] == pytest.approx([r[4] for r in want], rel=1e-12), case
+        if not case:
+            models = {r[2] for r in got}
+            assert {"NVIDIA A100", "NVIDIA B200", None} < models, models  # in_generic, typed only, none
+    assert rows(echo_inproc, "SELECT in_generic FROM collectives WHERE event_id = 'exact-1'") == [(False,)]
