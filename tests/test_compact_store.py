@@ -198,3 +198,30 @@ def test_gpu_hours_reads_the_typed_tables_as_the_view_defines_it(
             models = {r[2] for r in got}
             assert {"NVIDIA A100", "NVIDIA B200", None} < models, models  # in_generic, typed only, none
     assert rows(echo_inproc, "SELECT in_generic FROM collectives WHERE event_id = 'exact-1'") == [(False,)]
+
+
+def test_event_history_reads_whole_rows_only_for_the_events_it_returns(
+    requests: list[ExportMetricsServiceRequest], echo_inproc: Echo
+) -> None:
+    for request in requests:
+        grpc_export(echo_inproc.grpc_address, request, TEST_TOKEN)
+    named = QUERIES["event_history"]
+    oracle = (
+        "SELECT timestamp_ns, cluster_id, node_id, rank, nranks, signal, metric_name, "
+        "coalesce(value_double, value_int), causal_chain_id, left(attrs_json, 16385) FROM events "
+        "WHERE ($start_ns IS NULL OR timestamp_ns >= $start_ns) AND ($end_ns IS NULL OR timestamp_ns < $end_ns) "
+        "AND ($cluster_id IS NULL OR cluster_id = $cluster_id) AND ($node_id IS NULL OR node_id = $node_id) "
+        "AND ($rank IS NULL OR rank = $rank) AND ($metric_name IS NULL OR metric_name = $metric_name) "
+        "ORDER BY timestamp_ns, node_id, rank, event_id LIMIT $max_rows"
+    )
+    ((mid,),) = rows(echo_inproc, "SELECT median(timestamp_ns)::BIGINT FROM events")
+    cases = [{"max_rows": 50}, {"max_rows": 10_000}, {"max_rows": 40, "start_ns": mid, "rank": 3},
+             {"max_rows": 30, "metric_name": c.M_COLLECTIVE, "node_id": "gpu-1"},
+             {"max_rows": 5, "end_ns": mid, "metric_name": c.M_OFFCPU}]  # fmt: skip
+    for case in cases:
+        params = {"start_ns": None, "end_ns": None, "cluster_id": None, "node_id": None, "rank": None,
+                  "metric_name": None} | case  # fmt: skip
+        got = echo_inproc.reader.query(named.sql, named.bind(**params), max_rows=20_000).rows
+        want = echo_inproc.reader.query(oracle, params, max_rows=20_000).rows
+        assert got and [r[:9] for r in got] == [r[:9] for r in want], case
+        assert [json.loads(r[9]) for r in got] == [json.loads(r[9]) for r in want], case
