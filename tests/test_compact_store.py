@@ -209,7 +209,8 @@ def test_event_history_reads_whole_rows_only_for_the_events_it_returns(
     oracle = (
         "SELECT timestamp_ns, cluster_id, node_id, rank, nranks, signal, metric_name, "
         "coalesce(value_double, value_int), causal_chain_id, left(attrs_json, 16385) FROM events "
-        "WHERE ($start_ns IS NULL OR timestamp_ns >= $start_ns) AND ($end_ns IS NULL OR timestamp_ns < $end_ns) "
+        "WHERE ($start_ns IS NULL OR timestamp_ns >= $start_ns) "
+        "AND ($end_ns IS NULL OR timestamp_ns < $end_ns) "
         "AND ($cluster_id IS NULL OR cluster_id = $cluster_id) AND ($node_id IS NULL OR node_id = $node_id) "
         "AND ($rank IS NULL OR rank = $rank) AND ($metric_name IS NULL OR metric_name = $metric_name) "
         "ORDER BY timestamp_ns, node_id, rank, event_id LIMIT $max_rows"
