@@ -252,11 +252,12 @@ class Agent:
                 log.warning("skipped a record: %s", err)
         return 0
 
-    def read_windows(self) -> None:
-        """Launch counters -> points; forget BPF state of processes that exited."""
+    def read_windows(self, final: bool = False) -> None:
+        """Launch counters -> points (the ones no collective carried; all at the ``final`` read); forget
+        BPF state of processes that exited."""
         table = self.bpf["launches"]
         counts = {int(k.value): (int(v.pid), int(v.n)) for k, v in table.items()}
-        self.tracker.launch_counts(counts, self.clock.now_mono())
+        self.tracker.launch_counts(counts, self.clock.now_mono(), final=final)
         gone = set(self.tracker.sweep(self.clock.now_mono()))
         if gone:
             for tid, (pid, _) in counts.items():
@@ -326,7 +327,7 @@ class Agent:
         return what became of this run's points."""
         if self.bpf is not None:
             self.bpf.ring_buffer_consume()
-            self.read_windows()
+            self.read_windows(final=True)
             self.report_drops(force=True)
         self.tracker.close()
         self.flush()

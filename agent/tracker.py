@@ -55,6 +55,11 @@ DATATYPE_BYTES = (1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1)
 REDUCE_OPS = ("sum", "prod", "max", "min", "avg")
 MEMCPY_KINDS = ("host_to_host", "host_to_device", "device_to_host", "device_to_device", "default")
 PENDING_TIMEOUT_NS = 10_000_000_000
+LAUNCH_QUIET_NS = 10_000_000_000
+"""A thread's kernel launches go out as a point of their own only when no collective has carried them
+for this long (a thread that calls no collective, a rank stuck in compute): every step's first collective
+carries its thread's launches, and a point per thread per window was ~1 event per rank-step that no
+analysis reads."""
 HEALTH_MOVE = 0.2
 """A health score this far from the last one sent goes out at once, whatever ``health_every`` says."""
 """A collective no sync has waited for after this long is sent without a completion time."""
@@ -82,6 +87,7 @@ class Tracker:
         raw_interval_ns: int = 0,
         health_every: int = 1,
         stacks: StackKeeper | None = None,
+        launch_quiet_ns: int = LAUNCH_QUIET_NS,
     ) -> None:
         """``raw_interval_ns``: which raw intervals go out besides each collective's pre-call breakdown
         (:mod:`rankecho.agent.window`; 0 = all of them). ``health_every``: send every Nth step's health
@@ -89,6 +95,7 @@ class Tracker:
         self.node_id = node_id
         self.windows = WindowKeeper(raw_interval_ns)
         self._health_every = max(1, health_every)
+        self._launch_quiet_ns = launch_quiet_ns
         self.journal = journal
         """Communicators seen created, on disk: a restarted agent names them as its predecessor did."""
         self.clock = clock
@@ -520,15 +527,23 @@ class Tracker:
             attrs[c.WINDOW_NS] = ts - last_ts
         self._emit(proc, c.M_KERNEL_LAUNCHES, ts, n - last_n, attrs, tid, chain=chain)
 
-    def launch_counts(self, counts: Mapping[int, tuple[int, int]], now_ns: int) -> None:
-        """Cumulative cudaLaunchKernel counts per thread (tid -> (pid, count)) read from BPF. Windows
-        also end at the first collective of each step (from the count the record carries)."""
+    def launch_counts(self, counts: Mapping[int, tuple[int, int]], now_ns: int, final: bool = False) -> None:
+        """Cumulative cudaLaunchKernel counts per thread (tid -> (pid, count)) read from BPF. A thread's
+        launches ride on its step's first collective; they become a point of their own when nothing
+        carried them for ``launch_quiet_ns``, when the process exited, or at the agent's stop
+        (``final``): no launch is lost, none is counted twice (counts are cumulative)."""
         for tid, (pid, n) in counts.items():
-            proc = self.procs.get(pid) or self.exited.get(pid)
+            live = self.procs.get(pid)
+            proc = live or self.exited.get(pid)
             if proc is None:
-                proc = self._proc(pid)
-            if n < proc.launches.get(tid, (0, 0))[0]:
-                proc.launches[tid] = (0, proc.launches[tid][1])  # the map entry was recycled
+                proc = live = self._proc(pid)
+            if tid not in proc.launches:
+                proc.launches[tid] = (0, now_ns)  # a thread first seen: its quiet time starts now
+            last_n, last_ts = proc.launches[tid]
+            if n < last_n:
+                proc.launches[tid] = (0, last_ts)  # the map entry was recycled
+            elif live is not None and not final and now_ns - last_ts < self._launch_quiet_ns:
+                continue  # the next collective of this thread carries them
             self._launches(proc, tid, n, now_ns)
 
     def sweep(self, now_ns: int) -> list[int]:

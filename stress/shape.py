@@ -254,7 +254,9 @@ class NodeModel:
         self._started = True
 
     def finish(self, t: int) -> None:
-        """Frees, comm destroy, process exit and the drop counters the agent reports when it stops."""
+        """Frees, comm destroy, process exit, the launches no collective carried and the drop counters
+        the agent reports when it stops."""
+        self.tracker.launch_counts({r.pid: (r.pid, r.launches) for r in self.ranks}, t, final=True)
         for r in self.ranks:
             h = self.tracker.handle
             for i in range(3):

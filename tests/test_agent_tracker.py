@@ -22,7 +22,7 @@ from rankecho.agent.identity import (
     unaligned_comm_id,
     unique_id_hash,
 )
-from rankecho.agent.tracker import Tracker
+from rankecho.agent.tracker import LAUNCH_QUIET_NS, Tracker
 from rankecho.shared import contract as c
 
 MS = 1_000_000
@@ -175,12 +175,13 @@ def test_offcpu_and_launch_windows() -> None:
     assert off.value == pytest.approx(4.0) and off.attributes[c.OFFCPU_STATE] == "sleeping"
     assert off.attributes[c.CALL_IN_FLIGHT] == "cudaStreamSynchronize"
     assert off.attributes[c.RUNQ_MS] == pytest.approx(1.0) and off.attributes[c.TID] == r.pid + 1
-    r.t.launch_counts({r.pid: (r.pid, 50)}, 100 * MS)
-    r.t.launch_counts({r.pid: (r.pid, 80)}, 200 * MS)
-    r.t.launch_counts({r.pid: (r.pid, 80)}, 300 * MS)  # nothing new: no point
+    r.t.launch_counts({r.pid: (r.pid, 50)}, 100 * MS)  # a new thread: its quiet time starts
+    r.t.launch_counts({r.pid: (r.pid, 80)}, 200 * MS)  # within LAUNCH_QUIET_NS: waits for a collective
+    r.t.launch_counts({r.pid: (r.pid, 90)}, 100 * MS + LAUNCH_QUIET_NS)  # quiet since: a point
+    r.t.launch_counts({r.pid: (r.pid, 90)}, 300 * MS + 2 * LAUNCH_QUIET_NS)  # nothing new: no point
     launches = r.metric(c.M_KERNEL_LAUNCHES)
-    assert [p.value for p in launches] == [50, 30]
-    assert launches[1].attributes[c.WINDOW_NS] == 100 * MS
+    assert [p.value for p in launches] == [90]
+    assert launches[0].attributes[c.WINDOW_NS] == LAUNCH_QUIET_NS
 
 
 def test_a_preempted_interval_says_whether_a_traced_process_took_the_cpu() -> None:
@@ -404,18 +405,19 @@ def test_clock_offset_takes_the_narrowest_bracket_and_the_test_knob() -> None:
     assert abs(skewed.to_unix(0) - real.to_unix(0) - 250 * MS) < MS
 
 
-def test_launch_windows_end_at_each_steps_first_collective() -> None:
+def test_launches_ride_on_each_steps_first_collective_and_none_is_lost() -> None:
     r = Rank(0, 1)
     r.init()
-    rec = CallRecord(r.pid, r.pid, FN.ALL_REDUCE, 10 * MS, 11 * MS, 0xC0, STREAM, 1, 7, 0, launches=30)
-    r.t.handle(rec)
+    r.t.handle(CallRecord(r.pid, r.pid, FN.ALL_REDUCE, 10 * MS, 11 * MS, 0xC0, STREAM, 1, 7, 0, launches=30))
+    r.call(FN.STREAM_SYNC, 11 * MS, 12 * MS)  # the step ends
     r.t.launch_counts({r.pid: (r.pid, 30)}, 12 * MS)  # no launch since the collective: no point
-    r.t.launch_counts({r.pid: (r.pid, 42)}, 13 * MS)
-    r.t.launch_counts({r.pid: (r.pid, 5)}, 14 * MS)  # the map entry was recycled: counting restarts
+    r.t.launch_counts({r.pid: (r.pid, 42)}, 13 * MS)  # the next step's collective carries these
+    assert r.metric(c.M_KERNEL_LAUNCHES) == []
+    r.t.handle(CallRecord(r.pid, r.pid, FN.ALL_REDUCE, 20 * MS, 21 * MS, 0xC0, STREAM, 1, 7, 0, launches=60))
+    r.t.launch_counts({r.pid: (r.pid, 5)}, 22 * MS)  # the map entry was recycled: counting restarts
+    r.t.launch_counts({r.pid: (r.pid, 9)}, 23 * MS, final=True)  # the agent stops: the rest goes out
     launches = r.metric(c.M_KERNEL_LAUNCHES)
-    # The step's first window rides on its first collective (one record fewer per rank-step).
-    assert [p.value for p in launches] == [12, 5]
+    assert [p.value for p in launches] == [5, 4]
+    assert launches[1].attributes[c.WINDOW_NS] == 1 * MS
     r.t.close()
-    (collective,) = r.metric(c.M_COLLECTIVE)
-    assert collective.attributes[c.LAUNCHES] == 30
-    assert launches[0].attributes[c.WINDOW_NS] == 3 * MS
+    assert [p.attributes.get(c.LAUNCHES) for p in r.metric(c.M_COLLECTIVE)] == [30, 30]
