@@ -97,6 +97,13 @@ def table_bytes(db: Path, work: Path) -> dict[str, dict[str, int]]:
                     "SELECT sql FROM duckdb_indexes() WHERE table_name = ? AND sql IS NOT NULL", [name]
                 ).fetchall()
             ]
+            stored = ", ".join(  # a generated column (schema v8's keys) is computed when read, not stored
+                r[0] for r in con.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+                    "AND table_catalog = ? AND is_generated = 'NEVER' ORDER BY ordinal_position",
+                    [name, db.stem],
+                ).fetchall()
+            )  # fmt: skip
             sizes = {}
             for variant in ("with_indexes", "data_only"):
                 copy = work / f"{name}-{variant}.db"
@@ -104,12 +111,13 @@ def table_bytes(db: Path, work: Path) -> dict[str, dict[str, int]]:
                 if variant == "with_indexes":
                     con.execute("USE cp")
                     con.execute(ddl)
-                    con.execute(f"INSERT INTO cp.main.{name} SELECT * FROM {db.stem}.main.{name}")
+                    source = f"{db.stem}.main.{name}"
+                    con.execute(f"INSERT INTO cp.main.{name} BY NAME SELECT {stored} FROM {source}")
                     for sql in indexes:
                         con.execute(sql)
                     con.execute(f"USE {db.stem}")
                 else:
-                    con.execute(f"CREATE TABLE cp.main.{name} AS SELECT * FROM {db.stem}.main.{name}")
+                    con.execute(f"CREATE TABLE cp.main.{name} AS SELECT {stored} FROM {db.stem}.main.{name}")
                 con.execute("CHECKPOINT cp")
                 con.execute("DETACH cp")
                 sizes[variant] = max(0, copy.stat().st_size - EMPTY_FILE_BYTES)

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 from conftest import inproc_echo
 from echo_helpers import TEST_TOKEN, grpc_export, rows
@@ -226,3 +227,61 @@ def test_event_history_reads_whole_rows_only_for_the_events_it_returns(
         want = echo_inproc.reader.query(oracle, params, max_rows=20_000).rows
         assert got and [r[:9] for r in got] == [r[:9] for r in want], case
         assert [json.loads(r[9]) for r in got] == [json.loads(r[9]) for r in want], case
+
+
+V7_KEYS = {
+    "stream_key": "hash(cluster_id, node_id, pid, process_start_ns, "
+                  "CASE WHEN seq_aligned THEN '' ELSE agent_instance END, comm_id)",
+    "inst_key": "CASE WHEN seq_aligned AND seq IS NOT NULL THEN hash(cluster_id, comm_id, seq) END",
+    "node_key": "hash(cluster_id, node_id)",
+    "thread_key": "hash(cluster_id, node_id, pid, tid)",
+}  # fmt: skip
+"""How schema v2-v7 staging computed the keys it stored (the values a v7 store holds)."""
+
+
+def test_schema_v8_computes_the_keys_a_v7_store_held_and_keeps_every_column(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rankecho.echo.store import migrate as migrations
+    from rankecho.echo.store.typed_events import GENERATED
+
+    shipped = migrations.available()
+    monkeypatch.setattr(migrations, "available", lambda: [m for m in shipped if m.version <= 7])
+    con = duckdb.connect(str(tmp_path / "v7.db"))
+    assert migrations.migrate(con) == 7
+    keys = ", ".join(f"{sql} AS {name}" for name, sql in V7_KEYS.items())
+    con.execute(  # a v7 store's rows: aligned and unaligned streams, a NULL seq, two clusters
+        "INSERT INTO collectives BY NAME SELECT *, " + keys + " FROM ("
+        "SELECT 'e' || i AS event_id, 'c' || (i % 2) AS cluster_id, 'n' || (i % 3) AS node_id, "
+        "i % 8 AS rank, 100 + i % 8 AS pid, 5 AS process_start_ns, 'agent-' || (i % 3) AS agent_instance, "
+        "200 + i % 5 AS tid, "
+        "'ncclAllReduce' AS op, 'comm' || (i % 4) AS comm_id, CASE WHEN i % 11 <> 0 THEN i // 8 END AS seq, "
+        "i % 5 <> 0 AS seq_aligned, 1000 + i AS enter_ns, 1500 + i AS return_ns, false AS in_generic "
+        "FROM range(400) t(i))"
+    )
+    con.execute("INSERT INTO host_activity BY NAME SELECT 'h' || i AS event_id, 'c0' AS cluster_id, "
+                "'n1' AS node_id, 101 AS pid, 200 + i % 5 AS tid, 'sync' AS kind, i AS start_ns, "
+                "i + 5 AS end_ns, "
+                f"{V7_KEYS['thread_key']} AS thread_key FROM range(50) t(i)")  # fmt: skip
+    before = {t: con.execute(f"SELECT * FROM {t} ORDER BY event_id").fetchall() for t in GENERATED}
+    describe = "SELECT column_name, data_type, is_nullable, column_default FROM duckdb_columns() "
+    columns = {t: con.execute(f"{describe} WHERE table_name = '{t}' ORDER BY column_index").fetchall()
+               for t in GENERATED}  # fmt: skip
+    monkeypatch.setattr(migrations, "available", lambda: shipped)
+    assert migrations.migrate(con) == shipped[-1].version
+    for table, generated in GENERATED.items():
+        now = con.execute(f"{describe} WHERE table_name = '{table}' ORDER BY column_index").fetchall()
+        def shape(described: list[Any], generated: tuple[str, ...] = generated) -> list[Any]:
+            """Names, types, nullability and defaults (a key's "default" is its expression: left out)."""
+            return [r[:3] if r[0] in generated else r for r in described]
+
+        assert shape(now) == shape(columns[table])
+        assert con.execute(f"SELECT * FROM {table} ORDER BY event_id").fetchall() == before[table]
+        computed = con.execute(
+            "SELECT column_name FROM information_schema.columns "
+            f"WHERE table_name = '{table}' AND is_generated = 'ALWAYS' ORDER BY ordinal_position"
+        ).fetchall()
+        assert [r[0] for r in computed] == list(generated)  # GENERATED says which, for staging
+    (nulls,) = con.execute("SELECT count(*) FILTER (WHERE inst_key IS NULL) FROM collectives").fetchone()
+    assert 0 < nulls < 400  # unaligned and seq-less calls have no instance
+    con.close()

@@ -25,6 +25,7 @@ from rankecho.echo.store.typed_events import (
     EVENT_COLUMNS,
     EVENT_ROWS,
     FIELDS,
+    GENERATED,
     HOST_KINDS,
     exact_sql,
     sent_sql,
@@ -42,7 +43,12 @@ def prepare(con: duckdb.DuckDBPyConnection) -> None:
     """Create the temporary staging tables (the typed tables' columns) on this connection; again after
     a migration changed them."""
     for table in TYPED:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE staging_{table} AS FROM {table} LIMIT 0")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE staging_{table} AS {_stored_columns(table)}")
+
+
+def _stored_columns(table: str) -> str:
+    """An empty SELECT of ``table``'s stored columns (its generated keys left out: none can be inserted)."""
+    return f"SELECT * EXCLUDE ({', '.join(GENERATED[table])}) FROM {table} LIMIT 0"
 
 
 READS: dict[str, frozenset[str]] = {
@@ -63,7 +69,7 @@ def _extract(con: duckdb.DuckDBPyConnection, metrics: frozenset[str] | None) -> 
             continue
         table = TABLE_OF.get(name)
         if table is not None:  # temporary tables belong to a connection: a writer's cursor makes its own
-            con.execute(f"CREATE TEMP TABLE IF NOT EXISTS staging_{table} AS FROM {table} LIMIT 0")
+            con.execute(f"CREATE TEMP TABLE IF NOT EXISTS staging_{table} AS {_stored_columns(table)}")
             con.execute(f"DELETE FROM staging_{table}")
             filled.append(table)
         con.execute(statement.sql)

@@ -98,6 +98,12 @@ HOST_FIELDS: tuple[Field, ...] = (
 """A raw interval's per-event attributes (CUDA calls: enter/return; off-CPU: state, call in flight)."""
 
 FIELDS: dict[str, tuple[Field, ...]] = {"collectives": COLLECTIVE_FIELDS, "host_activity": HOST_FIELDS}
+GENERATED: dict[str, tuple[str, ...]] = {
+    "collectives": ("stream_key", "inst_key", "node_key", "thread_key"),
+    "host_activity": ("thread_key",),
+}
+"""The join keys each typed table computes when read (schema v8, virtual generated columns): nothing
+inserts them, so staging leaves them out."""
 TIMESTAMP: dict[str, str] = {"collectives": "enter_ns", "host_activity": "start_ns"}
 """The typed column that is the event's ``timestamp_ns``."""
 VALUE: dict[str, str] = {

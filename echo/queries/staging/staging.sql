@@ -12,16 +12,10 @@ CREATE OR REPLACE TEMP MACRO rk_ms_to_ns(ms) AS (CAST(round(TRY_CAST(ms AS DOUBL
 
 -- name: stage_collectives
 -- One row per rankecho.nccl.collective point (collectives and send/recv), with its pre-call window's
--- breakdown when the agent summarised it (pre_*: ms attributes as ns), and the integer keys the
--- analysis joins on: its stream (one process's calls on one communicator as one agent run numbered
--- them) and, when the agent saw the communicator created, its instance.
+-- breakdown when the agent summarised it (pre_*: ms attributes as ns). The integer keys the analysis
+-- joins on (stream, instance, node, thread) are computed when read (schema v8, generated columns).
 INSERT INTO staging_collectives BY NAME
-SELECT *,
-       hash(cluster_id, node_id, pid, process_start_ns, CASE WHEN seq_aligned THEN '' ELSE agent_instance END,
-            comm_id) AS stream_key,
-       CASE WHEN seq_aligned AND seq IS NOT NULL THEN hash(cluster_id, comm_id, seq) END AS inst_key,
-       hash(cluster_id, node_id) AS node_key,
-       hash(cluster_id, node_id, pid, tid) AS thread_key
+SELECT *
 FROM (
 SELECT event_id, cluster_id, node_id, rank, nranks, received_ns,
        TRY_CAST(a[1] AS BIGINT) AS pid,
@@ -143,7 +137,7 @@ pieces AS (  -- the interval (less its run-queue wait when split) and the wait a
 )
 SELECT event_id, cluster_id, node_id, rank, nranks, received_ns, value_double, pid, process_start_ns, tid,
        kind, cuda_call, state, preempted_by, start_ns, end_ns, causal_chain_id, job_id, stack_id, runq_ms, bytes,
-       hash(cluster_id, node_id, pid, tid) AS thread_key, start_ns // 1000000000 AS start_bucket,
+       start_ns // 1000000000 AS start_bucket,
        CASE WHEN kind IN ('malloc', 'free') THEN 'allocator'
             WHEN kind = 'sync' THEN 'slow_gpu'
             WHEN kind = 'memcpy' THEN 'memcpy'
