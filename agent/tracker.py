@@ -200,8 +200,15 @@ class Tracker:
                     name = proc.threads[tid] = self._thread_name(proc.info.pid, tid)
                 if name:
                     attrs[c.THREAD_NAME] = name
-        attrs[c.EVENT_ID] = short_hash(self.node_id, key, metric, tid, ts, attrs.get(c.CAUSAL_CHAIN_ID, ""))
-        self._sink(key, Point(metric, self.clock.to_unix(ts), value, attrs))
+        unix_ns = self.clock.to_unix(ts)
+        chain_sent = attrs.get(c.CAUSAL_CHAIN_ID)
+        if proc is not None and proc.info.start_ns:  # an id Echo recomputes from the typed row: not stored
+            chain_str = chain_sent if isinstance(chain_sent, str) else None
+            attrs[c.EVENT_ID] = c.event_id(self.node_id, proc.info.pid, proc.info.start_ns, metric, tid,
+                                           unix_ns, chain_str)  # fmt: skip
+        else:  # the agent's own points, or a process whose start time is unknown (its key: pid, start ticks)
+            attrs[c.EVENT_ID] = short_hash(self.node_id, key, metric, tid, ts, chain_sent or "")
+        self._sink(key, Point(metric, unix_ns, value, attrs))
 
     def emit(self, proc: Proc, metric: str, ts: int, value: float | int, attrs: dict[str, AttrValue],
              tid: int = 0) -> None:

@@ -52,17 +52,17 @@ SELECT md5(($seed::BIGINT * 100_000_000 + i)::VARCHAR)[:16],
          || '"rankecho.nccl.seq": ' || (i // $ranks) || ', "rankecho.nccl.bytes": 1048576}'
 FROM range($n) t(i)"""
 COLLECTIVES_SQL = """
-INSERT INTO collectives (event_id, cluster_id, node_id, rank, nranks, pid, op, comm_id, seq, bytes,
+INSERT INTO collectives (cluster_id, node_id, rank, nranks, pid, op, comm_id, seq, bytes,
                          enter_ns, return_ns, complete_ns, causal_chain_id)
-SELECT md5(($seed::BIGINT * 100_000_000 + i)::VARCHAR)[:16], 'c1', 'node-' || (i % $ranks) // 8,
+SELECT 'c1', 'node-' || (i % $ranks) // 8,
        i % $ranks, $ranks,
        1000 + i % $ranks, 'ncclAllReduce', 'comm' || (i // $ranks) % 3, i // $ranks, 1048576,
        $t0 + (i // $ranks) * $step_ns + (i % $ranks) * 1000, $t0 + (i // $ranks) * $step_ns + 20000,
        $t0 + (i // $ranks) * $step_ns + 900000 + (i * 7919) % 500000, 'c:' || (i // $ranks)
 FROM range($n) t(i)"""
 ACTIVITY_SQL = """
-INSERT INTO host_activity (event_id, cluster_id, node_id, rank, pid, tid, kind, start_ns, end_ns)
-SELECT md5(($seed::BIGINT * 100_000_000 + i)::VARCHAR)[:16], 'c1', 'node-' || (i % $ranks) // 8, i % $ranks,
+INSERT INTO host_activity (cluster_id, node_id, rank, pid, tid, kind, start_ns, end_ns)
+SELECT 'c1', 'node-' || (i % $ranks) // 8, i % $ranks,
        1000 + i % $ranks, 2000 + i % $ranks, 'malloc', $t0 + (i // $ranks) * $step_ns + 5000,
        $t0 + (i // $ranks) * $step_ns + 9000
 FROM range($n) t(i)"""

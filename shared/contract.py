@@ -13,6 +13,7 @@ Usage::
 
 from __future__ import annotations
 
+import hashlib
 from typing import Final
 
 # --- Resource attributes: semantic conventions --------------------------------------------------
@@ -194,3 +195,15 @@ PROMOTED_COPIES: Final[dict[str, str]] = {"causal_chain_id": CAUSAL_CHAIN_ID}
 def causal_chain_id(comm_id: str, seq: int) -> str:
     """The cross-rank id of one collective instance: the same string on every rank of the communicator."""
     return f"{comm_id}:{seq}"
+
+
+def event_id(
+    node_id: str, pid: int, process_start_ns: int | None, metric: str, tid: int | None, timestamp_ns: int,
+    chain: str | None,
+) -> str:
+    """The ``rankecho.event_id`` the node agent gives a traced process's point: 16 hex characters of MD5
+    over what the point itself carries (node, process, metric, thread, time, causal chain). Echo rebuilds
+    it from a typed row's columns (``echo/store/typed_events.py``, ``DERIVED_ID``), so a collective or
+    raw interval need not store its id; MD5 because DuckDB computes it too (not for security)."""
+    parts = (node_id, pid, process_start_ns or "", metric, tid or "", timestamp_ns, chain or "")
+    return hashlib.md5("\x1f".join(map(str, parts)).encode(), usedforsecurity=False).hexdigest()[:16]

@@ -35,13 +35,15 @@ class Rank:
 
     def __init__(
         self, rank: int, world: int, pid: int = 100, start: int = 7, env_rank: int | None = None,
-        node: str = "node", boot_ns: int = 1_000_000_000_000, job_key: str = "m:1", **tracker_kwargs: Any,
+        node: str = "node", boot_ns: int = 1_000_000_000_000, job_key: str = "m:1", start_ns: int = 0,
+        **tracker_kwargs: Any,
     ) -> None:
-        """``node`` names the tracker's node; ``boot_ns`` is that node's realtime at monotonic 0."""
+        """``node`` names the tracker's node; ``boot_ns`` is that node's realtime at monotonic 0;
+        ``start``/``start_ns``: the process's start in clock ticks and Unix ns (0: unknown)."""
         self.points: list[tuple[Any, Any]] = []
         self.pid = pid
         env = EnvIdentity(rank=env_rank, world_size=world if env_rank is not None else None, job_key=job_key)
-        infos = {pid: ProcessInfo(pid, start, env)}
+        infos = {pid: ProcessInfo(pid, start, env, start_ns=start_ns)}
         clock = ClockConverter(realtime=lambda: boot_ns, monotonic=lambda: 0)
         self.t = Tracker(node, clock, infos.get, lambda k, p: self.points.append((k, p)), **tracker_kwargs)
         self.rank, self.world = rank, world
@@ -346,6 +348,29 @@ def test_event_id_is_the_hash_of_its_documented_parts() -> None:
     assert c.TID not in health.attributes and c.THREAD_NAME not in health.attributes
     chain = health.attributes[c.CAUSAL_CHAIN_ID]
     assert health.attributes[c.EVENT_ID] == short_hash("node", (100, 7), c.M_HEALTH, 0, 40 * MS, chain)
+
+
+def test_a_process_with_a_known_start_gets_the_id_echo_recomputes() -> None:
+    """contract.event_id over what the point carries (Echo rebuilds it from the typed row and stores no
+    id); a reused pid (another start) and every other part change it."""
+
+    def ids(start_ns: int = 1_700_000_000 * 10**9, tid: int = 100, ts: int = 50 * MS) -> list[str]:
+        r = Rank(0, 1, start_ns=start_ns)
+        r.init()
+        r.t.handle(CallRecord(r.pid, tid, FN.MALLOC, ts, ts + MS, 0, 0, 64, 0, 0))
+        r.step(ts + 2 * MS, ts + 3 * MS)
+        points = r.metric(c.M_CUDA_MALLOC) + r.metric(c.M_COLLECTIVE)
+        for p in points:
+            attrs = p.attributes
+            assert attrs[c.EVENT_ID] == c.event_id("node", r.pid, start_ns, p.metric_name, attrs.get(c.TID),
+                                                   p.timestamp_ns, attrs.get(c.CAUSAL_CHAIN_ID))  # fmt: skip
+        return [p.attributes[c.EVENT_ID] for p in points]
+
+    base = ids()
+    assert len(base) == len(set(base)) == 2 and base == ids()
+    for other in (ids(start_ns=1_700_000_001 * 10**9), ids(ts=50 * MS + 1)):  # both points moved
+        assert not set(other) & set(base)
+    assert ids(tid=101)[0] != base[0]  # the malloc's thread (the collective's stays)
 
 
 def test_short_hash_is_pinned_and_unambiguous() -> None:

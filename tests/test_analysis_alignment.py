@@ -154,8 +154,8 @@ def test_events_lost_or_stored_out_of_order_change_nothing_else(con: duckdb.Duck
     write_job(con, job)
     # lose every 7th collective of rank 4 (a realigned stream) and store the rest in a random order
     con.execute("DELETE FROM collectives WHERE rank = 4 AND hash(event_id) % 7 = 0")
-    con.execute("CREATE TABLE shuffled AS SELECT * EXCLUDE (stream_key, inst_key, node_key, thread_key) "
-                "FROM collectives ORDER BY hash(event_id)")  # fmt: skip
+    con.execute("CREATE TABLE shuffled AS SELECT * EXCLUDE (event_id, stream_key, inst_key, node_key, "
+                "thread_key) FROM collectives ORDER BY hash(event_id)")  # fmt: skip
     con.execute("DELETE FROM collectives")
     con.execute("INSERT INTO collectives BY NAME SELECT * FROM shuffled")
     rows = [i for i in instances(con) if i["step"] >= 10]  # node b's agent saw steps 10 on

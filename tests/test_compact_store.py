@@ -96,6 +96,10 @@ def test_the_agents_events_are_stored_once_typed_and_the_view_rebuilds_them(
     generic = rows(echo_inproc, "SELECT count(*) FROM events_generic WHERE metric_name IN "
                    f"({', '.join(repr(m) for m in TABLE_OF_METRIC)})")  # fmt: skip
     assert generic == [(0,)]
+    # ... and their ids are the ones the agent gives a traced process's point: computed, not stored
+    stored_ids = rows(echo_inproc, "SELECT (SELECT count(event_id_sent) FROM collectives), "
+                      "(SELECT count(event_id_sent) FROM host_activity WHERE kind <> 'runq')")  # fmt: skip
+    assert stored_ids == [(0, 0)]
     # ... and what the typed columns do not hold is stored once per process and thread, not per event
     ((sets,),) = rows(echo_inproc, "SELECT count(*) FROM attr_sets")
     assert 0 < sets <= 16 * 8  # 16 ranks, a few threads and a few collective shapes each
@@ -247,6 +251,8 @@ def test_schema_v8_computes_the_keys_a_v7_store_held_and_keeps_every_column(
 
     shipped = migrations.available()
     monkeypatch.setattr(migrations, "available", lambda: [m for m in shipped if m.version <= 7])
+    monkeypatch.setattr(migrations, "prepare", lambda con: None)  # this release stages v8 tables only
+    monkeypatch.setitem(migrations.AFTER, 2, lambda con: None)  # (an empty store: nothing to backfill)
     con = duckdb.connect(str(tmp_path / "v7.db"))
     assert migrations.migrate(con) == 7
     keys = ", ".join(f"{sql} AS {name}" for name, sql in V7_KEYS.items())
@@ -267,16 +273,18 @@ def test_schema_v8_computes_the_keys_a_v7_store_held_and_keeps_every_column(
     describe = "SELECT column_name, data_type, is_nullable, column_default FROM duckdb_columns() "
     columns = {t: con.execute(f"{describe} WHERE table_name = '{t}' ORDER BY column_index").fetchall()
                for t in GENERATED}  # fmt: skip
-    monkeypatch.setattr(migrations, "available", lambda: shipped)
+    monkeypatch.undo()
     assert migrations.migrate(con) == shipped[-1].version
     for table, generated in GENERATED.items():
         now = con.execute(f"{describe} WHERE table_name = '{table}' ORDER BY column_index").fetchall()
-        def shape(described: list[Any], generated: tuple[str, ...] = generated) -> list[Any]:
-            """Names, types, nullability and defaults (a key's "default" is its expression: left out)."""
-            return [r[:3] if r[0] in generated else r for r in described]
 
-        assert shape(now) == shape(columns[table])
-        assert con.execute(f"SELECT * FROM {table} ORDER BY event_id").fetchall() == before[table]
+        def shape(described: list[Any], generated: tuple[str, ...] = generated) -> list[Any]:
+            """Names, types and defaults (a generated column's "default" is its expression: left out)."""
+            return [r[:2] if r[0] in generated else r for r in described]
+
+        assert shape(now) == [*shape(columns[table]), ("event_id_sent", "VARCHAR", True, None)]
+        after = con.execute(f"SELECT * EXCLUDE (event_id_sent) FROM {table} ORDER BY event_id").fetchall()
+        assert after == before[table]  # every id kept as it was sent (a v7 row's id is stored)
         computed = con.execute(
             "SELECT column_name FROM information_schema.columns "
             f"WHERE table_name = '{table}' AND is_generated = 'ALWAYS' ORDER BY ordinal_position"
@@ -285,3 +293,29 @@ def test_schema_v8_computes_the_keys_a_v7_store_held_and_keeps_every_column(
     (nulls,) = con.execute("SELECT count(*) FILTER (WHERE inst_key IS NULL) FROM collectives").fetchone()
     assert 0 < nulls < 400  # unaligned and seq-less calls have no instance
     con.close()
+
+
+def test_a_typed_rows_computed_id_is_the_agents(tmp_path: Path) -> None:
+    """contract.event_id (the agent) and schema v8's generated event_id (Echo) agree on every part, the
+    absent ones included; a row with another id keeps it."""
+    from rankecho.echo.store.migrate import migrate
+
+    con = duckdb.connect(str(tmp_path / "ids.db"))
+    migrate(con)
+    cases = [("node-a", 7, 123, 10, 1_700_000_000_123_456_789, "c0ffee:3"),
+             ("n\u00e9", 1, None, None, 5, None), ("node-b", 2**31, 2**62, 2**40, 2**62 + 1, "")]  # fmt: skip
+    for i, (node, pid, start, tid, ts, chain) in enumerate(cases):
+        con.execute("INSERT INTO collectives (node_id, pid, process_start_ns, tid, enter_ns, "
+                    "causal_chain_id, event_id_sent) VALUES (?, ?, ?, ?, ?, ?, NULL)",
+                    [node, pid, start, tid, ts, chain])  # fmt: skip
+        for kind, metric in (("sync", c.M_CUDA_SYNC), ("offcpu", c.M_OFFCPU), ("memcpy", c.M_CUDA_MEMCPY)):
+            con.execute("INSERT INTO host_activity (node_id, pid, process_start_ns, tid, kind, start_ns, "
+                        "end_ns, causal_chain_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        [node, pid, start, tid, kind, ts, ts + 1, chain])  # fmt: skip
+            (got,) = con.execute("SELECT event_id FROM host_activity WHERE kind = ? AND start_ns = ?",
+                                 [kind, ts]).fetchone()  # fmt: skip
+            assert got == c.event_id(node, pid, start, metric, tid, ts, chain), (i, kind)
+        (got,) = con.execute("SELECT event_id FROM collectives WHERE enter_ns = ?", [ts]).fetchone()
+        assert got == c.event_id(node, pid, start, c.M_COLLECTIVE, tid, ts, chain), i
+    con.execute("INSERT INTO collectives (enter_ns, event_id_sent) VALUES (9, 'from-an-sdk')")
+    assert con.execute("SELECT event_id FROM collectives WHERE enter_ns = 9").fetchall() == [("from-an-sdk",)]

@@ -269,7 +269,9 @@ def fill(con: duckdb.DuckDBPyConnection, start_ns: int, n: int, every_ns: int) -
                    SELECT md5(i::VARCHAR)[:16], $s + i * $e, 0, 'metric', 'c1', 'node-' || (i % 16),
                           'rankecho.nccl.collective', i % 128, '{{"comm": "' || (i % 7) || '"}}'
                    FROM range($n) t(i)""", {"s": start_ns, "e": every_ns, "n": n})  # fmt: skip
-    con.execute("""INSERT INTO collectives (event_id, cluster_id, node_id, rank, comm_id, seq, bytes,
+    described = con.execute("DESCRIBE collectives").fetchall()
+    id_column = "event_id_sent" if ("event_id_sent",) in [r[:1] for r in described] else "event_id"  # v8 / v2
+    con.execute(f"""INSERT INTO collectives ({id_column}, cluster_id, node_id, rank, comm_id, seq, bytes,
                        enter_ns, complete_ns)
                    SELECT md5(i::VARCHAR)[:16], 'c1', 'node-' || (i % 8) // 4, i % 8, 'comm' || (i % 2), i,
                           1024, $s + i * $e, $s + i * $e + i % 5000

@@ -27,6 +27,7 @@ from rankecho.echo.store.typed_events import (
     FIELDS,
     GENERATED,
     HOST_KINDS,
+    derived_id,
     exact_sql,
     sent_sql,
     strip_patch,
@@ -47,8 +48,16 @@ def prepare(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _stored_columns(table: str) -> str:
-    """An empty SELECT of ``table``'s stored columns (its generated keys left out: none can be inserted)."""
-    return f"SELECT * EXCLUDE ({', '.join(GENERATED[table])}) FROM {table} LIMIT 0"
+    """An empty SELECT of ``table``'s columns as staging fills them: the stored ones (the generated ones
+    left out: none can be inserted), with the event's id as sent in ``event_id``."""
+    return (f"SELECT * EXCLUDE ({', '.join(GENERATED[table])}, event_id_sent), "
+            f"CAST(NULL AS VARCHAR) AS event_id FROM {table} LIMIT 0")  # fmt: skip
+
+
+def _id_to_store(table: str, alias: str) -> str:
+    """The staging row's ``event_id`` as stored (schema v8): NULL when the typed row computes it."""
+    id_sent = f"{alias}.event_id"
+    return f"CASE WHEN {id_sent} = {derived_id(table)} THEN NULL ELSE {id_sent} END AS event_id_sent"
 
 
 READS: dict[str, frozenset[str]] = {
@@ -117,7 +126,9 @@ def stage(
     for table in typed:
         con.execute(
             f"INSERT INTO {table} BY NAME "
-            f"SELECT t.* REPLACE (x.event_id IS NULL AS in_generic, a.attrs_id AS attrs_id) "
+            f"SELECT t.* EXCLUDE (event_id) "
+            f"REPLACE (x.event_id IS NULL AS in_generic, a.attrs_id AS attrs_id), "
+            f"{_id_to_store(table, 't')} "
             f"FROM staging_{table} t "
             f"LEFT JOIN exact_{table} x ON x.event_id = {_event_of(table, 't')} "
             f"LEFT JOIN attr_sets a ON a.attrs_hash = hash(x.rest) AND a.attrs_json = x.rest"
@@ -141,7 +152,8 @@ def backfill(con: duckdb.DuckDBPyConnection, source: str = "events") -> None:
     try:
         for table in _extract(con, None):
             con.execute(
-                f"INSERT INTO {table} BY NAME SELECT * REPLACE (true AS in_generic) FROM staging_{table}"
+                f"INSERT INTO {table} BY NAME SELECT t.* EXCLUDE (event_id) REPLACE (true AS in_generic), "
+                f"t.event_id AS event_id_sent FROM staging_{table} t"
             )
     finally:
         con.execute(f"DROP VIEW IF EXISTS {STAGED}")

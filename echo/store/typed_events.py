@@ -99,11 +99,19 @@ HOST_FIELDS: tuple[Field, ...] = (
 
 FIELDS: dict[str, tuple[Field, ...]] = {"collectives": COLLECTIVE_FIELDS, "host_activity": HOST_FIELDS}
 GENERATED: dict[str, tuple[str, ...]] = {
-    "collectives": ("stream_key", "inst_key", "node_key", "thread_key"),
-    "host_activity": ("thread_key",),
+    "collectives": ("event_id", "stream_key", "inst_key", "node_key", "thread_key"),
+    "host_activity": ("event_id", "thread_key"),
 }
-"""The join keys each typed table computes when read (schema v8, virtual generated columns): nothing
-inserts them, so staging leaves them out."""
+"""The columns each typed table computes when read (schema v8, virtual generated columns): nothing
+inserts them, so staging leaves them out (``event_id`` is stored as ``event_id_sent`` when needed)."""
+
+
+def derived_id(table: str) -> str:
+    """The event id a typed row computes from its own columns (``contract.event_id`` in SQL; schema v8's
+    generated ``event_id`` uses it when ``event_id_sent`` is NULL). Unqualified column names."""
+    parts = ["node_id", "pid", "process_start_ns", METRIC[table], "tid", TIMESTAMP[table], "causal_chain_id"]
+    joined = ", ".join(f"coalesce(CAST({p} AS VARCHAR), '')" for p in parts)
+    return f"left(md5(concat_ws(chr(31), {joined})), 16)"
 TIMESTAMP: dict[str, str] = {"collectives": "enter_ns", "host_activity": "start_ns"}
 """The typed column that is the event's ``timestamp_ns``."""
 VALUE: dict[str, str] = {
