@@ -160,17 +160,21 @@ collective_steps AS (  -- one row per (link, slow step): a named node, or NULL w
            coalesce(n.late_ranks, []) AS late_ranks, coalesce(n.named_nodes, 1) AS named_nodes
     FROM slow_waited s LEFT JOIN named n USING (cluster_id, step)
 ),
-cluster_ctx AS (SELECT cluster_id, any_value(threshold_ns) AS threshold_ns, any_value(steps) AS steps FROM r GROUP BY ALL),
-offsets AS (SELECT cluster_id, node_id, any_value(clock_offset_ns) AS offset_ns FROM r GROUP BY ALL),
+pair_rows AS MATERIALIZED (SELECT * FROM rk_link_pair_rows(start_ns, end_ns, cluster, job := job)),
+rp AS MATERIALIZED (  -- the rows of clusters with send/recv pairs: the rest pay nothing below
+    SELECT * FROM r SEMI JOIN (SELECT DISTINCT cluster_id FROM pair_rows) USING (cluster_id)
+),
+cluster_ctx AS (SELECT cluster_id, any_value(threshold_ns) AS threshold_ns, any_value(steps) AS steps FROM rp GROUP BY ALL),
+offsets AS (SELECT cluster_id, node_id, any_value(clock_offset_ns) AS offset_ns FROM rp GROUP BY ALL),
 marks AS (  -- each rank's last collective call of each step: its send/recv calls before it are that step's
-    SELECT cluster_id, rank, step, max(rank_enter_c) AS mark_c FROM r WHERE step IS NOT NULL GROUP BY ALL
+    SELECT cluster_id, rank, step, max(rank_enter_c) AS mark_c FROM rp WHERE step IS NOT NULL GROUP BY ALL
 ),
 pairs AS MATERIALIZED (  -- each send/recv pair on the reference clock, placed in its sender's step
     SELECT q.*, m.step, CAST(q.done_c - q.last_c AS BIGINT) AS transfer_ns
     FROM (SELECT p.*, p.src_enter_ns - so.offset_ns AS src_c,
                  greatest(p.src_enter_ns - so.offset_ns, p.dst_enter_ns - ro.offset_ns) AS last_c,
                  least(p.src_complete_ns - so.offset_ns, p.dst_complete_ns - ro.offset_ns) AS done_c
-          FROM rk_link_pair_rows(start_ns, end_ns, cluster, job := job) p
+          FROM pair_rows p
           JOIN offsets so ON so.cluster_id = p.cluster_id AND so.node_id = p.src_node
           JOIN offsets ro ON ro.cluster_id = p.cluster_id AND ro.node_id = p.dst_node) q
     ASOF JOIN marks m ON m.cluster_id = q.cluster_id AND m.rank = q.src_rank AND m.mark_c >= q.src_c
@@ -224,7 +228,7 @@ by_node AS (  -- the other steps: the node(s) in the most slow pairs (one in all
           ANTI JOIN by_rank b USING (cluster_id, step))
     WHERE hits = top
 ),
-node_ranks AS (SELECT cluster_id, node_id, list_sort(list_distinct(list(rank))) AS ranks FROM r GROUP BY ALL),
+node_ranks AS (SELECT cluster_id, node_id, list_sort(list_distinct(list(rank))) AS ranks FROM rp GROUP BY ALL),
 pair_named AS (
     SELECT cluster_id, step, node_id, rank, [rank] AS node_ranks, 1 AS named_nodes FROM by_rank
     UNION ALL
@@ -232,7 +236,7 @@ pair_named AS (
            count(*) OVER (PARTITION BY b.cluster_id, b.step)
     FROM by_node b LEFT JOIN node_ranks k USING (cluster_id, node_id)
 ),
-step_first AS (SELECT cluster_id, step, min(first_c) AS first_c FROM i GROUP BY ALL),
+step_first AS (SELECT cluster_id, step, min(first_c) AS first_c FROM rp WHERE first GROUP BY ALL),
 entity_steps AS (  -- a step's slow pairs name its link when it has any; its collectives otherwise
     SELECT * FROM collective_steps ANTI JOIN pair_steps USING (cluster_id, step)
     UNION ALL BY NAME
