@@ -164,7 +164,9 @@ pair_rows AS MATERIALIZED (SELECT * FROM rk_link_pair_rows(start_ns, end_ns, clu
 rp AS MATERIALIZED (  -- the rows of clusters with send/recv pairs: the rest pay nothing below
     SELECT * FROM r SEMI JOIN (SELECT DISTINCT cluster_id FROM pair_rows) USING (cluster_id)
 ),
-cluster_ctx AS (SELECT cluster_id, any_value(threshold_ns) AS threshold_ns, any_value(steps) AS steps FROM rp GROUP BY ALL),
+cluster_ctx AS (
+    SELECT cluster_id, any_value(threshold_ns) AS threshold_ns, any_value(steps) AS steps FROM rp GROUP BY ALL
+),
 offsets AS (SELECT cluster_id, node_id, any_value(clock_offset_ns) AS offset_ns FROM rp GROUP BY ALL),
 marks AS (  -- each rank's last collective call of each step: its send/recv calls before it are that step's
     SELECT cluster_id, rank, step, max(rank_enter_c) AS mark_c FROM rp WHERE step IS NOT NULL GROUP BY ALL
@@ -181,10 +183,12 @@ pairs AS MATERIALIZED (  -- each send/recv pair on the reference clock, placed i
     WHERE q.done_c IS NOT NULL
 ),
 pair_judged AS MATERIALIZED (  -- slow: the transfer exceeds its slot's median by the noise threshold
-    SELECT x.*, CAST(x.transfer_ns - s.typical_ns AS BIGINT) AS extra_ns, CAST(s.typical_ns AS BIGINT) AS typical_ns,
-           c.threshold_ns, c.steps, x.transfer_ns - s.typical_ns >= c.threshold_ns AS slow
+    SELECT x.*, CAST(x.transfer_ns - s.typical_ns AS BIGINT) AS extra_ns,
+           CAST(s.typical_ns AS BIGINT) AS typical_ns, c.threshold_ns, c.steps,
+           x.transfer_ns - s.typical_ns >= c.threshold_ns AS slow
     FROM pairs x
-    JOIN (SELECT cluster_id, slot, median(transfer_ns) AS typical_ns FROM pairs GROUP BY ALL) s USING (cluster_id, slot)
+    JOIN (SELECT cluster_id, slot, median(transfer_ns) AS typical_ns FROM pairs GROUP BY ALL) s
+      USING (cluster_id, slot)
     JOIN cluster_ctx c USING (cluster_id)
     WHERE x.step IS NOT NULL
 ),
@@ -224,7 +228,9 @@ by_rank AS (  -- steps whose slow pairs all share one rank, with at least min_pa
 by_node AS (  -- the other steps: the node(s) in the most slow pairs (one in all of them: its NIC)
     SELECT cluster_id, step, node_id
     FROM (SELECT h.*, max(hits) OVER (PARTITION BY cluster_id, step) AS top
-          FROM (SELECT cluster_id, step, node_id, count(DISTINCT (rank, partner)) AS hits FROM ends GROUP BY ALL) h
+          FROM (SELECT cluster_id, step, node_id,
+                       count(DISTINCT (least(rank, partner), greatest(rank, partner))) AS hits  -- slow pairs
+                FROM ends GROUP BY ALL) h
           ANTI JOIN by_rank b USING (cluster_id, step))
     WHERE hits = top
 ),
@@ -253,7 +259,8 @@ gaps AS (
 periods AS (
     SELECT cluster_id, node_id, rank, mode(gap) AS period,
            count(*) FILTER (WHERE gap = mode_gap) / count(*) AS period_confidence
-    FROM (SELECT *, mode(gap) OVER (PARTITION BY cluster_id, node_id, rank) AS mode_gap FROM gaps WHERE gap IS NOT NULL)
+    FROM (SELECT *, mode(gap) OVER (PARTITION BY cluster_id, node_id, rank) AS mode_gap
+          FROM gaps WHERE gap IS NOT NULL)
     GROUP BY ALL
 )
 SELECT e.cluster_id, 'link' AS kind, e.node_id, e.rank,
