@@ -27,6 +27,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,13 +125,10 @@ static void parse(int argc, char **argv, struct cfg *c) {
         case 'C': c->log_colls = 1; break;
         case 'G': c->ag_bytes = strtoull(optarg, NULL, 10); break;
         case 'R': c->rs_bytes = strtoull(optarg, NULL, 10); break;
-        case 'P': {
-            unsigned long long bytes;
-            if (sscanf(optarg, "%d:%llu", &c->stages, &bytes) != 2 || c->stages < 1 || c->world % c->stages != 0)
+        case 'P': /* STAGES:BYTES */
+            if (sscanf(optarg, "%d:%" SCNu64, &c->stages, &c->act_bytes) != 2 || c->stages < 1 || c->world % c->stages)
                 die("bad --pipeline %s (want STAGES:BYTES, STAGES dividing WORLD_SIZE)", optarg);
-            c->act_bytes = bytes;
             break;
-        }
         case 'N':
             if (sscanf(optarg, "%lf:%lf:%lf", &c->noise_us[0], &c->noise_us[1], &c->noise_us[2]) != 3 ||
                 c->noise_us[0] < 0 || c->noise_us[1] < 0 || c->noise_us[2] < 0)
