@@ -34,6 +34,8 @@ def text_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def _who(s: dict[str, Any]) -> str:
     if s["kind"] == "link":  # a slow transfer, not a late rank (echo/mcp/links.py)
+        if s.get("rank") is not None:
+            return f"link at rank {s['rank']} ({s['node_id']})"
         return f"link at {s['node_id']}" if s["node_id"] is not None else "link (not localised)"
     return f"node {s['node_id']}" if s["kind"] == "node" else f"rank {s['rank']} ({s['node_id']})"
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from rankecho.sim.faultsites import FAULT_SITES, fault_frame, fault_function
 from rankecho.sim.scenario import FAILURE_KINDS, Fault, Scenario
+from rankecho.sim.scenario_pipeline import PIPELINE_COMM, pipeline_truth, slowed_pairs
 
 
 @dataclass(frozen=True)
@@ -203,9 +204,16 @@ def slow_links(scenario: Scenario, logs: dict[int, RankLog]) -> list[dict[str, A
         struck = set(scenario.fault_ranks(f))
         steps = fired_steps(scenario, f, logs)
         slowed = []
+        pairs = slowed_pairs(scenario, struck, f.node is not None, f.factor)
         for c in comms:
             spans = len({node_of[m] for m in c["members"]}) > 1
             if c["size"] < 2 or not struck & set(c["members"]) or (f.node is not None and not spans):
+                continue
+            if c["name"] == PIPELINE_COMM:  # send/recv pairs, not an all-reduce: the pairs it slows
+                mine = [p for p in pairs if p["src"] in c["members"] and p["dst"] in c["members"]]
+                if mine:
+                    slowed.append({"name": c["name"], "hash": c["hash"], "members": c["members"],
+                                   "inter_node": spans, "pairs": mine})  # fmt: skip
                 continue
             nbytes = world_bytes if c["name"] == "world" else split_bytes.get(c["name"], 0)
             slowed.append({
@@ -353,6 +361,7 @@ def build_ground_truth(
         ],
         "failures": failures(logs),
         "links": slow_links(scenario, logs),
+        "pipeline": pipeline_truth(scenario),
         "per_step": steps_out,
         "stragglers_by_rank": summary,
         "observed": observed or [],

@@ -16,6 +16,7 @@ from typing import Any
 from rankecho.sim.procs import LaunchError
 from rankecho.sim.scenario import PROGRAMS, PYTHONS, Node, Scenario, ScenarioError
 from rankecho.sim.scenario import _choice as choice
+from rankecho.sim.scenario_pipeline import pipeline_argv
 
 SIM_ROOT = Path(__file__).resolve().parent
 
@@ -106,6 +107,7 @@ def rank_argv(
         if f.targets(rank, node.id):
             argv += ["--fault", f.spec(tuple(c.name for c in scenario.communicators))]
     argv += scenario.jitter.argv()
+    argv += pipeline_argv(scenario)
     if any(f.comm is not None or f.bucket is not None for f in scenario.faults):
         argv += ["--log-collectives"]  # every rank: the ground truth's lateness at the chosen collective
     if scenario.load == "dlopen":

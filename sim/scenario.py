@@ -55,6 +55,10 @@ class StepShape:
     allreduce_mb: float = 16.0
     buckets: int = 1
     malloc_every: int = 50
+    pipeline_stages: int = 1  # > 1: stages exchange activation_mb by send/recv (sim/scenario_pipeline.py)
+    activation_mb: float = 4.0
+    allgather_mb: float = 0.0  # FSDP-like world all-gather before / reduce-scatter after compute (0: none)
+    reducescatter_mb: float = 0.0
 
     @property
     def kernels_per_step(self) -> int:
@@ -244,10 +248,12 @@ def _step(raw: Any) -> StepShape:
     for key in ("host_ms", "dataloader_ms"):
         if key in d:
             d[key] = _number(f"step.{key}", d[key])
-    if "buckets" in d:
-        d["buckets"] = _number("step.buckets", d["buckets"], minimum=1, integer=True)
-    if "malloc_every" in d:
-        d["malloc_every"] = _number("step.malloc_every", d["malloc_every"], integer=True)
+    for key, least in (("buckets", 1), ("malloc_every", 0)):
+        if key in d:
+            d[key] = _number(f"step.{key}", d[key], minimum=least, integer=True)
+    from rankecho.sim.scenario_pipeline import pipeline_fields  # (it imports this module)
+
+    pipeline_fields(d)  # pipeline_stages, activation_mb, allgather_mb, reducescatter_mb
     return StepShape(**d)
 
 
@@ -372,13 +378,12 @@ def parse_scenario(raw: Any, name: str = "scenario") -> Scenario:
     if d.get("bus_gbps") is not None:
         d["bus_gbps"] = float(_number("bus_gbps", d["bus_gbps"], positive=True))
     scenario = Scenario(**d)
-    from rankecho.sim.scenario_faults import check_failures
-    from rankecho.sim.scenario_links import check_links  # (they import this module)
+    from rankecho.sim.scenario_faults import check_failures  # (these import this module)
+    from rankecho.sim.scenario_links import check_links
+    from rankecho.sim.scenario_pipeline import check_pipeline
 
-    check_failures(scenario)
-    check_clock_steps(scenario)
-
-    check_links(scenario)
+    for check in (check_failures, check_clock_steps, check_links, check_pipeline):
+        check(scenario)
     return scenario
 
 

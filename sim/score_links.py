@@ -27,7 +27,8 @@ class LinkScore:
     false_negatives: int
     node_right: int
     named: tuple[str, ...] = ()
-    """Who the diagnosis names as slow links ("node-b", or "-" when not localised)."""
+    """Who the diagnosis names as slow links ("node-b", "rank 3 (node-b)" when send/recv pairs single out a
+    rank, or "-" when not localised)."""
 
     @property
     def precision(self) -> float:
@@ -77,7 +78,7 @@ def score_links(truth: dict[str, Any], diagnosis: dict[str, Any]) -> LinkScore:
             faulted[step] = link["node_id"]
     named = link_steps(truth, diagnosis)
     tp = [step for step in named if step in faulted]
-    who = tuple(sorted({e["node_id"] or "-" for e in diagnosis["stragglers"]
+    who = tuple(sorted({_named(e) for e in diagnosis["stragglers"]
                         if e["kind"] == "link" and e["cluster_id"] == truth["cluster_id"]}))  # fmt: skip
     return LinkScore(
         true_positives=len(tp),
@@ -86,3 +87,9 @@ def score_links(truth: dict[str, Any], diagnosis: dict[str, Any]) -> LinkScore:
         node_right=sum(named[step] == {faulted[step]} for step in tp),
         named=who,
     )
+
+
+def _named(entry: dict[str, Any]) -> str:
+    if entry.get("rank") is not None:
+        return f"rank {entry['rank']} ({entry['node_id']})"
+    return entry["node_id"] or "-"

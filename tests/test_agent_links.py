@@ -1,6 +1,7 @@
 """Slow links end to end: scenarios of sim/scenarios/links run with one real agent per node into a real
-Echo; find_stragglers names the node with the slow NIC with kind 'link', and on a healthy control with
-uniformly slow links it names no link and no straggler."""
+Echo; find_stragglers names the node with the slow NIC with kind 'link', in a pipeline job the rank whose
+own link is slow (its send/recv pairs single it out), and on healthy controls (uniformly slow links, a
+healthy pipeline) it names no link and no straggler."""
 
 from __future__ import annotations
 
@@ -65,3 +66,21 @@ def test_uniformly_slow_links_name_nothing(echo: Echo, tmp_path: Path) -> None:
     _, found = diagnose(echo, "healthy-slow-uniform", tmp_path)
     assert found["stragglers"] == [], found  # no link, no straggler
     assert found["clusters"][0]["verdict"].startswith("no straggler")
+
+
+def test_pipeline_pairs_name_the_rank_whose_link_is_slow(echo: Echo, tmp_path: Path) -> None:
+    truth, found = diagnose(echo, "pipeline-slow-rank", tmp_path)
+    [fault] = truth["links"]
+    links = [s for s in found["stragglers"] if s["kind"] == "link"]
+    assert [(s["node_id"], s["rank"], s["ranks"]) for s in links] == [("node-b", 3, [3])], found
+    [link] = links
+    named = {e["step"] for e in link["episodes"]}
+    assert len(named & set(fault["steps"])) >= 0.7 * len(fault["steps"]) and named <= set(fault["steps"])
+    assert link["link"]["inter_node"] is True and link["late_ms"]["median"] > 20
+    assert "slow inter-node link at rank 3 (node node-b)" in link["summary"]
+    assert "link at rank 3 (node-b)" in render_stragglers(found)
+
+
+def test_a_healthy_pipeline_names_nothing(echo: Echo, tmp_path: Path) -> None:
+    _, found = diagnose(echo, "pipeline-healthy", tmp_path)
+    assert found["stragglers"] == [], found  # no link, no straggler

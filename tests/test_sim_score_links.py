@@ -59,3 +59,11 @@ def test_a_healthy_run_and_the_straggler_score_ignore_each_other() -> None:
     t = truth([])
     assert score_links(t, answer([])).precision == 1.0 and score_links(t, answer([])).recall == 1.0
     assert predictions_from(t, answer([("node-b", [3])])) == []  # a link names no late rank
+
+
+def test_a_link_named_by_rank_is_right_on_its_node() -> None:
+    """Send/recv pairs name a rank's own link: its node is the one scored, the rank shows in ``named``."""
+    reply = answer([("node-b", [3, 7])])
+    reply["stragglers"][0] |= {"rank": 3, "ranks": [3]}
+    s = score_links(truth([3, 7]), reply)
+    assert (s.true_positives, s.node_right, s.named) == (2, 2, ("rank 3 (node-b)",))

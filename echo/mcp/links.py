@@ -1,6 +1,7 @@
 """Slow links as find_stragglers reports them: rows of ``rk_links`` (echo/queries/layers/65_links.sql) in,
-entries shaped like a straggler's out (``kind: 'link'``, ``rank`` None, ``node_id`` the node the data
-singles out or None), so one answer says what held the job back, a late rank or a slow transfer.
+entries shaped like a straggler's out (``kind: 'link'``, ``node_id`` the node the data singles out or None,
+``rank`` the rank whose own link send/recv pairs single out, else None), so one answer says what held the
+job back, a late rank or a slow transfer.
 
     entry = link_entry(row, cluster, rate=2.5, currency="USD")  # cluster: find_stragglers' cluster entry
     entry["link"]["inter_node"]  # True: the slow communicators span nodes (a NIC, the network)
@@ -54,7 +55,7 @@ def link_entry(
         "cluster_id": row["cluster_id"],
         "kind": "link",
         "node_id": row["node_id"],
-        "rank": None,
+        "rank": row["rank"],
         "ranks": row["ranks"] or [],
         "side": "link",
     } | episode_fields(row) | {
@@ -75,6 +76,8 @@ def who(s: dict[str, Any]) -> str:
     where = "inter-node" if s["link"]["inter_node"] else "intra-node"
     if s["node_id"] is None:
         return f"a slow {where} link (not localised to a node)"
+    if s["rank"] is not None:
+        return f"a slow {where} link at rank {s['rank']} (node {s['node_id']})"
     return f"a slow {where} link at node {s['node_id']}"
 
 

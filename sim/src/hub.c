@@ -79,6 +79,7 @@ static int gather(struct hub *h) {
     while (h->nranks == 0 || joined < 2 * h->nranks) {
         int fd = accept4(h->lfd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) return -1;
+        net_tune(fd);
         struct msg m = {0};
         if (net_recv(fd, &m) != 1 || m.type != MSG_HELLO || m.x != h->hash || m.a <= 0 ||
             (h->nranks && m.a != h->nranks) || m.rank < 0 || m.rank >= m.a || (m.b != 0 && m.b != 1)) {

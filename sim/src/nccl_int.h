@@ -98,6 +98,7 @@ struct ncclComm {
 /* net.c */
 int net_listen(uint32_t ip, uint16_t *port_out);
 int net_connect(uint32_t ip, uint16_t port, int timeout_ms);
+void net_tune(int fd); /* TCP_NODELAY */
 int net_send(int fd, const struct msg *m);
 int net_recv(int fd, struct msg *m); /* 1 ok, 0 EOF, -1 error */
 uint32_t net_bind_ip(void);

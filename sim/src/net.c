@@ -40,7 +40,9 @@ uint64_t net_random64(void) {
     return v;
 }
 
-static void tune(int fd) {
+/* Both ends of every connection: without TCP_NODELAY a second small message sent before the first is
+ * acknowledged (two GOs to a rank whose group holds a send and a recv) waits ~40 ms for a delayed ACK. */
+void net_tune(int fd) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
@@ -66,7 +68,7 @@ int net_connect(uint32_t ip, uint16_t port, int timeout_ms) {
         if (fd < 0) return -1;
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = ip, .sin_port = port};
         if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
-            tune(fd);
+            net_tune(fd);
             return fd;
         }
         close(fd);

@@ -5,7 +5,8 @@
  *
  * Each step: a data-loader fetch (off-CPU), an occasional cudaMalloc, an H2D copy, forward kernels,
  * a loss sync, backward kernels interleaved with bucketed all-reduces on the world communicator,
- * one all-reduce per extra (split) communicator, and a final stream sync. Rank 0 creates the
+ * one all-reduce per extra (split) communicator, and a final stream sync (pipeline send/recv and FSDP-like
+ * all-gather / reduce-scatter on request: simrank_pipeline.c). Rank 0 creates the
  * NCCL unique id and serves it on MASTER_ADDR:MASTER_PORT (as torch's TCPStore would); the others
  * fetch it there. The log records what the process really did, measured around the library
  * calls (wall-clock ns):
@@ -26,6 +27,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +96,7 @@ static void parse(int argc, char **argv, struct cfg *c) {
                       .node = getenv("RANKECHO_NODE_ID"), .master_addr = getenv("MASTER_ADDR"),
                       .lib_dir = getenv("SIMRANK_LIB_DIR"), .master_port = env_int("MASTER_PORT", 29500),
                       .steps = 10, .compute_us = 20000, .host_us = 500, .loader_us = 500, .kernels = 20,
-                      .allreduce_bytes = 16 << 20, .buckets = 1, .malloc_every = 50, .seed = 1};
+                      .allreduce_bytes = 16 << 20, .buckets = 1, .malloc_every = 50, .seed = 1, .stages = 1};
     if (c->node == NULL) c->node = "node-0";
     if (c->master_addr == NULL) c->master_addr = "127.0.0.1";
     static const struct option opts[] = {
@@ -102,7 +104,8 @@ static void parse(int argc, char **argv, struct cfg *c) {
         {"kernels", 1, 0, 'k'}, {"allreduce-bytes", 1, 0, 'b'}, {"buckets", 1, 0, 'B'},
         {"malloc-every", 1, 0, 'm'}, {"split", 1, 0, 'S'}, {"fault", 1, 0, 'f'}, {"log", 1, 0, 'L'},
         {"seed", 1, 0, 'r'}, {"lib-dir", 1, 0, 'd'}, {"dlopen-delay-ms", 1, 0, 'D'}, {"noise-us", 1, 0, 'N'},
-        {"log-collectives", 0, 0, 'C'}, {0, 0, 0, 0}};
+        {"log-collectives", 0, 0, 'C'}, {"pipeline", 1, 0, 'P'}, {"allgather-bytes", 1, 0, 'G'},
+        {"reducescatter-bytes", 1, 0, 'R'}, {0, 0, 0, 0}};
     static const char *log_path;
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -120,6 +123,12 @@ static void parse(int argc, char **argv, struct cfg *c) {
         case 'D': c->dlopen_delay_ms = atoi(optarg); break;
         case 'L': log_path = optarg; break;
         case 'C': c->log_colls = 1; break;
+        case 'G': c->ag_bytes = strtoull(optarg, NULL, 10); break;
+        case 'R': c->rs_bytes = strtoull(optarg, NULL, 10); break;
+        case 'P': /* STAGES:BYTES */
+            if (sscanf(optarg, "%d:%" SCNu64, &c->stages, &c->act_bytes) != 2 || c->stages < 1 || c->world % c->stages)
+                die("bad --pipeline %s (want STAGES:BYTES, STAGES dividing WORLD_SIZE)", optarg);
+            break;
         case 'N':
             if (sscanf(optarg, "%lf:%lf:%lf", &c->noise_us[0], &c->noise_us[1], &c->noise_us[2]) != 3 ||
                 c->noise_us[0] < 0 || c->noise_us[1] < 0 || c->noise_us[2] < 0)
@@ -170,7 +179,7 @@ struct rank {
     struct api a;
     cudaStream_t stream;
     cudaEvent_t step_event, coll_event; /* GPU time at step start / when the GPU reaches the collective */
-    ncclComm_t world, subs[MAX_SPLITS];
+    ncclComm_t world, subs[MAX_SPLITS], pp; /* pp: the pipeline communicator (NULL: no stages) */
     void *cache[ALLOC_CACHE], *occasional, *batch;
 };
 
@@ -191,7 +200,8 @@ SIM_PHASE static void setup(struct rank *r) {
     check(a->cudaStreamCreate(&r->stream), "cudaStreamCreate");
     check(a->cudaEventCreate(&r->step_event), "cudaEventCreate");
     check(a->cudaEventCreate(&r->coll_event), "cudaEventCreate");
-    ncclUniqueId id = exchange_id(c, a);
+    ncclUniqueId pp_id;
+    ncclUniqueId id = exchange_id(c, a, &pp_id);
     check(a->ncclCommInitRank(&r->world, c->world, id, c->rank), "ncclCommInitRank");
     printf("comm world %016llx %d %d\n", (unsigned long long)comm_hash(r->world), c->rank, c->world);
     for (int i = 0; i < c->nsplits; i++) {
@@ -201,6 +211,7 @@ SIM_PHASE static void setup(struct rank *r) {
         const int *hdr = (const int *)(const void *)((const char *)r->subs[i] + 16);
         printf("comm %s %016llx %d %d\n", s->name, (unsigned long long)comm_hash(r->subs[i]), hdr[0], hdr[1]);
     }
+    r->pp = pipeline_setup(a, c, pp_id);
     for (int i = 0; i < ALLOC_CACHE; i++) check(a->cudaMalloc(&r->cache[i], 8 << 20), "cudaMalloc");
     check(a->cudaMalloc(&r->batch, 4 << 20), "cudaMalloc");
     fflush(stdout);
@@ -232,7 +243,9 @@ SIM_PHASE static int64_t forward(struct rank *r, const struct plan *p) {
     static char host_batch[1];
     const struct api *a = &r->a;
     check(a->cudaMemcpyAsync(r->batch, host_batch, 4 << 20, cudaMemcpyHostToDevice, r->stream), "cudaMemcpyAsync");
+    gather_parameters(a, &r->c, r->world, r->batch, r->stream);
     for (int k = 0; k < p->n_fwd; k++) launch(a, kernel_fwd, p->kernel_us, p->host_per_kernel, r->stream);
+    pipeline_exchange(a, &r->c, r->pp, r->batch, r->stream, +1); /* activations to the next stage */
     int64_t fwd_sync = sim_realtime_ns();
     check(a->cudaStreamSynchronize(r->stream), "cudaStreamSynchronize");
     return sim_realtime_ns() - fwd_sync;
@@ -271,6 +284,7 @@ SIM_PHASE static int64_t backward(struct rank *r, const struct plan *p) {
     const struct cfg *c = &r->c;
     const struct api *a = &r->a;
     int64_t enter = 0;
+    pipeline_exchange(a, c, r->pp, r->batch, r->stream, -1); /* their gradients back to the previous stage */
     for (int k = 0, b = 0; k < p->n_bwd; k++) {
         launch(a, kernel_bwd, p->kernel_us, p->host_per_kernel, r->stream);
         for (; b < (k + 1) * c->buckets / p->n_bwd; b++) { /* bucket b's gradients are ready */
@@ -287,6 +301,7 @@ SIM_PHASE static int64_t backward(struct rank *r, const struct plan *p) {
                   "ncclAllReduce");
         }
     }
+    scatter_gradients(a, c, r->world, r->batch, r->stream);
     for (int i = 0; i < c->nsplits; i++) {
         before_collective(r, p, i, 0);
         check(a->ncclAllReduce(r->batch, r->batch, c->splits[i].bytes / 2, ncclBfloat16, ncclSum, r->subs[i],
@@ -376,6 +391,7 @@ int main(int argc, char **argv) {
            r.c.node, (int)getpid(), (long)syscall(SYS_gettid), (long long)started);
     setup(&r);
     for (int step = 0; step < r.c.steps; step++) run_step(&r, step);
+    if (r.pp != NULL) check(r.a.ncclCommDestroy(r.pp), "ncclCommDestroy");
     for (int i = r.c.nsplits - 1; i >= 0; i--) check(r.a.ncclCommDestroy(r.subs[i]), "ncclCommDestroy");
     check(r.a.ncclCommDestroy(r.world), "ncclCommDestroy");
     neighbor_stop();

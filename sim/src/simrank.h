@@ -33,6 +33,11 @@
     X(ncclCommDestroy, ncclResult_t, (ncclComm_t))                                                       \
     X(ncclAllReduce, ncclResult_t,                                                                       \
       (const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))             \
+    X(ncclAllGather, ncclResult_t, (const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t)) \
+    X(ncclReduceScatter, ncclResult_t,                                                                   \
+      (const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))             \
+    X(ncclSend, ncclResult_t, (const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))     \
+    X(ncclRecv, ncclResult_t, (void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))           \
     X(ncclGroupStart, ncclResult_t, (void))                                                              \
     X(ncclGroupEnd, ncclResult_t, (void))                                                                \
     X(__rankechosim_set_gpu_slowdown, void, (double))                                                   \
@@ -100,6 +105,9 @@ struct cfg {
     double noise_us[3]; /* healthy jitter: compute, host, loader; + uniform [0, max) per rank and step */
     int dlopen_delay_ms;
     int log_colls; /* --log-collectives: a `coll` line at every collective call */
+    int stages;          /* --pipeline STAGES:BYTES: pipeline stages (1: none) and the activation bytes */
+    uint64_t act_bytes;  /* one stage-to-stage send (activations forward, their gradients backward) */
+    uint64_t ag_bytes, rs_bytes; /* --allgather-bytes / --reducescatter-bytes: FSDP-like, on the world */
     struct split_cfg splits[MAX_SPLITS];
     int nsplits;
     struct fault faults[MAX_FAULTS];
@@ -111,7 +119,8 @@ void die(const char *fmt, const char *arg) __attribute__((noreturn));
 void check(int rc, const char *what);
 
 /* simrank_id.c: the NCCL unique id, from rank 0 over TCP (MASTER_ADDR:MASTER_PORT) */
-ncclUniqueId exchange_id(const struct cfg *c, const struct api *api);
+#define MAX_PIPELINES 256 /* world / stages */
+ncclUniqueId exchange_id(const struct cfg *c, const struct api *api, ncclUniqueId *pp_id); /* pp_id: with stages */
 
 /* simrank_faults.c */
 const char *fault_name(enum fault_kind k);
@@ -131,6 +140,14 @@ void hang_rank(const struct fault *f, int step);
 void crash_rank(const struct fault *f, int step) __attribute__((noreturn));
 void stall_memcpy(const struct api *a, const void *device_buf, double ms);
 int neighbor_start(void);
+
+/* simrank_pipeline.c: pipeline stages (--pipeline) and FSDP-like all-gather / reduce-scatter */
+int pipeline_stage(const struct cfg *c);
+ncclComm_t pipeline_setup(const struct api *a, const struct cfg *c, ncclUniqueId id); /* NULL: no stages */
+void pipeline_exchange(const struct api *a, const struct cfg *c, ncclComm_t pp, void *buf, cudaStream_t s,
+                       int toward);
+void gather_parameters(const struct api *a, const struct cfg *c, ncclComm_t world, void *buf, cudaStream_t s);
+void scatter_gradients(const struct api *a, const struct cfg *c, ncclComm_t world, void *buf, cudaStream_t s);
 void neighbor_stop(void);
 
 #endif
