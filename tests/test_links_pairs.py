@@ -79,7 +79,7 @@ def write_pairs(con: duckdb.DuckDBPyConnection, slow: Any) -> None:
                         )
                     )
     con.executemany(
-        "INSERT INTO collectives (event_id, cluster_id, node_id, rank, op, comm_id, seq, enter_ns, "
+        "INSERT INTO collectives (event_id_sent, cluster_id, node_id, rank, op, comm_id, seq, enter_ns, "
         "complete_ns, causal_chain_id, job_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         rows,
     )
