@@ -50,11 +50,13 @@ TARGETS: dict[str, Target] = {
     "health": Target(("agent/health.py",), ("tests/test_agent_health.py", "tests/test_agent_tracker.py"),
                      "the per-rank health score (docs/health.md)"),
     "event_id": Target(
-        ("agent/identity.py", "agent/tracker.py"),
-        ("tests/test_agent_tracker.py", "tests/test_agent_chain.py"),
-        "event ids (short_hash over node, process, metric, thread, time, chain) and the comm-id hashes",
+        ("agent/identity.py", "agent/tracker.py", "shared/contract.py"),
+        ("tests/test_agent_tracker.py", "tests/test_agent_chain.py", "tests/test_compact_store.py"),
+        "event ids (contract.event_id, which Echo recomputes from a typed row, or short_hash, over node, "
+        "process, metric, thread, time, chain) and the comm-id hashes",
         ("agent.identity.x_short_hash__*", "agent.identity.x_unique_id_hash__*",
-         "agent.identity.x_split_child_id__*", "agent.identity.x_unaligned_comm_id__*", f"{TRACKER}_emit__*"),
+         "agent.identity.x_split_child_id__*", "agent.identity.x_unaligned_comm_id__*", f"{TRACKER}_emit__*",
+         "shared.contract.x_event_id__*"),
     ),
     "chain": Target(
         ("agent/tracker.py", "agent/procstate.py"),
@@ -76,6 +78,11 @@ TARGETS: dict[str, Target] = {
                       "tests/test_durability.py", "tests/test_echo_serve.py"),
                      "the single writer: commit before acknowledge, duplicates, isolation of bad requests, "
                      "what a failed commit reports, checkpoints and probes at idle"),
+    "store": Target(("echo/store/resend.py", "echo/store/staging.py", "echo/store/typed_events.py"),
+                    ("tests/test_compact_store.py", "tests/test_writer_paths.py",
+                     "tests/test_analysis_staging.py"),
+                    "what a commit stores: resends found by id in the commit's time range, each event once "
+                    "(typed only when it rebuilds exactly, else as sent), ids stored only when not computed"),
 }
 
 
@@ -97,7 +104,9 @@ def copy_tree(dest: Path) -> None:
                             capture_output=True).stdout.decode().split("\0")
     for rel in filter(None, listed):
         src = ROOT / rel
-        if src.is_symlink():  # rankecho/echo -> ../echo: the copy imports its own (mutated) tree
+        if src.is_symlink() and src.is_dir():  # rankecho/echo -> ../echo: a real copy, mutated in place
+            shutil.copytree(src.resolve(), dest / rel, ignore=shutil.ignore_patterns("__pycache__"))
+        elif src.is_symlink():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             (dest / rel).symlink_to(os.readlink(src))
         elif src.is_file():
@@ -105,16 +114,27 @@ def copy_tree(dest: Path) -> None:
             shutil.copy2(src, dest / rel)
 
 
+PACKAGE = "rankecho"
+"""The one import namespace: the tests import ``rankecho.agent...``, so mutmut mutates the files under
+``rankecho/`` (materialised copies of the symlinked trees) and names mutants ``rankecho.<module>...``;
+mutating ``agent/`` itself would name them ``agent.<module>``, which no test calls."""
+
+
+def in_package(name: str) -> str:
+    """A target's file path or mutant glob as seen through :data:`PACKAGE`."""
+    sep = "/" if "/" in name else "."
+    return name if name.startswith(PACKAGE + sep) else f"{PACKAGE}{sep}{name}"
+
+
 def configure(dest: Path, target: Target) -> None:
-    tops = sorted({f.split("/")[0] for f in target.files})
     others = sorted(p.name for p in ROOT.iterdir()
-                    if p.is_dir() and (p / "__init__.py").exists() and p.name not in tops)
+                    if p.is_dir() and (p / "__init__.py").exists() and p.name != PACKAGE)
     section = "\n".join([
         "",
         "[tool.mutmut]",
-        f"source_paths = {json.dumps(tops)}",
-        f"only_mutate = {json.dumps(list(target.files))}",
-        f"also_copy = {json.dumps([*others, 'sim', 'docs', 'scripts'])}",
+        f"source_paths = {json.dumps([PACKAGE])}",
+        f"only_mutate = {json.dumps([in_package(f) for f in target.files])}",
+        f"also_copy = {json.dumps([*others, 'sim', 'docs', 'scripts', 'tests'])}",
         f"pytest_add_cli_args_test_selection = {json.dumps(list(target.tests))}",
         'pytest_add_cli_args = ["-q", "-p", "no:cacheprovider"]',
         "",
@@ -131,7 +151,8 @@ def results(workdir: Path, functions: tuple[str, ...]) -> dict[str, str]:
     out = subprocess.run([mutmut_bin(), "results", "--all", "true"], cwd=workdir, capture_output=True,
                          text=True).stdout
     found = {m.group(1): m.group(2) for line in out.splitlines() if (m := RESULT.match(line))}
-    return {k: v for k, v in found.items() if not functions or any(fnmatch(k, f) for f in functions)}
+    globs = [in_package(f) for f in functions]
+    return {k: v for k, v in found.items() if not globs or any(fnmatch(k, g) for g in globs)}
 
 
 def mutmut_bin() -> str:
@@ -149,7 +170,7 @@ def run_target(name: str, target: Target, budget_s: float, children: int, keep: 
         log = (keep or workdir) / f"mutmut-{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "w") as out:
-            cmd = [mutmut_bin(), "run", "--max-children", str(children), *target.functions]
+            cmd = [mutmut_bin(), "run", "--max-children", str(children), *map(in_package, target.functions)]
             proc = subprocess.Popen(cmd, cwd=workdir,
                                     env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             try:
