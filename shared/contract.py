@@ -203,7 +203,7 @@ def event_id(
 ) -> str:
     """The ``rankecho.event_id`` the node agent gives a traced process's point: 16 hex characters of MD5
     over what the point itself carries (node, process, metric, thread, time, causal chain). Echo rebuilds
-    it from a typed row's columns (``echo/store/typed_events.py``, ``DERIVED_ID``), so a collective or
+    it from a typed row's columns (``echo/store/typed_events.py``, ``derived_id``), so a collective or
     raw interval need not store its id; MD5 because DuckDB computes it too (not for security)."""
     parts = (node_id, pid, process_start_ns or "", metric, tid or "", timestamp_ns, chain or "")
     return hashlib.md5("\x1f".join(map(str, parts)).encode(), usedforsecurity=False).hexdigest()[:16]

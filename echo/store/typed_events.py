@@ -105,13 +105,6 @@ GENERATED: dict[str, tuple[str, ...]] = {
 """The columns each typed table computes when read (schema v8, virtual generated columns): nothing
 inserts them, so staging leaves them out (``event_id`` is stored as ``event_id_sent`` when needed)."""
 
-
-def derived_id(table: str) -> str:
-    """The event id a typed row computes from its own columns (``contract.event_id`` in SQL; schema v8's
-    generated ``event_id`` uses it when ``event_id_sent`` is NULL). Unqualified column names."""
-    parts = ["node_id", "pid", "process_start_ns", METRIC[table], "tid", TIMESTAMP[table], "causal_chain_id"]
-    joined = ", ".join(f"coalesce(CAST({p} AS VARCHAR), '')" for p in parts)
-    return f"left(md5(concat_ws(chr(31), {joined})), 16)"
 TIMESTAMP: dict[str, str] = {"collectives": "enter_ns", "host_activity": "start_ns"}
 """The typed column that is the event's ``timestamp_ns``."""
 VALUE: dict[str, str] = {
@@ -128,6 +121,14 @@ METRIC: dict[str, str] = {
 """The ``metric_name`` of a typed row."""
 EVENT_ROWS: dict[str, str] = {"collectives": "true", "host_activity": "kind <> 'runq'"}
 """Typed rows that are an event (host_activity's 'runq' rows are a second piece of an off-CPU event)."""
+
+
+def derived_id(table: str) -> str:
+    """The event id a typed row computes from its own columns (``contract.event_id`` in SQL; schema v8's
+    generated ``event_id`` uses it when ``event_id_sent`` is NULL). Unqualified column names."""
+    parts = ["node_id", "pid", "process_start_ns", METRIC[table], "tid", TIMESTAMP[table], "causal_chain_id"]
+    joined = ", ".join(f"coalesce(CAST({p} AS VARCHAR), '')" for p in parts)
+    return f"left(md5(concat_ws(chr(31), {joined})), 16)"
 
 
 TABLE_OF_METRIC: dict[str, str] = {
