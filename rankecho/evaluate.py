@@ -43,7 +43,7 @@ from rankecho.showcase_cli import EVALUATE_DESCRIPTION, EVALUATE_EXAMPLES, add_e
 from rankecho.sim.launcher import LaunchOptions
 from rankecho.sim.procs import LaunchError
 from rankecho.sim.scenario import Fault, Scenario, ScenarioError, load_scenario
-from rankecho.sim.score import Score, periods, predictions_from, score, spilled_nodes
+from rankecho.sim.score import Score, periods, predictions_from, score, spilled_nodes, spilled_ranks
 from rankecho.sim.score_failures import FailureScore, score_failures
 from rankecho.sim.score_links import LinkScore, score_links
 
@@ -83,8 +83,9 @@ class ScenarioResult:
     """The scenario has a hang, crash or desync: scored in the failures table only (its job stops, so
     there is no straggler or link score)."""
     spilled: set[str] = field(default_factory=set)
-    """Named nodes late only where a fault struck one of their ranks (sim/score.py ``spilled_nodes``):
-    not named without a fault."""
+    """Named nodes late only where a fault struck one of their ranks, and named ranks late only at a
+    fault's steps (sim/score.py ``spilled_nodes``, ``spilled_ranks``): the fault's load on the shared
+    cores, not named without a fault."""
 
     @property
     def score(self) -> Score:
@@ -194,7 +195,7 @@ def evaluate(path: Path, workdir: Path, timeout_s: float = 300.0) -> ScenarioRes
         causes_right=s.causes_right,
         periods=periods(run.truth, scored),
         named=[_who(x) for x in default["stragglers"] if x["cluster_id"] == scenario.cluster_id],
-        spilled=spilled_nodes(run.truth, default),
+        spilled=spilled_nodes(run.truth, default) | spilled_ranks(run.truth, default),
         threshold_ms=scenario.straggler_threshold_ms,
         noise_threshold_ms=cluster["noise"]["threshold_ms"] if cluster else None,
         wall_s=round(time.monotonic() - started, 1),

@@ -175,8 +175,8 @@ def backward(r: Rank, p: Plan) -> int:
         while b < (k + 1) * c.buckets // p.n_bwd:  # bucket b's gradients are ready
             if b == 0:
                 before_collective(r, p)
-                enter = time.time_ns()
                 check(a.cudaEventRecord(r.coll_event, r.stream), "cudaEventRecord")
+                enter = time.time_ns()  # after the record (it takes the stream's lock): next is the call
             if b == 0 and p.desync:
                 desync_rank(r, p)
             else:

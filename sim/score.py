@@ -183,6 +183,29 @@ def spilled_nodes(truth: dict[str, Any], diagnosis: dict[str, Any]) -> set[str]:
     return out
 
 
+def spilled_ranks(truth: dict[str, Any], diagnosis: dict[str, Any]) -> set[str]:
+    """Ranks the diagnosis names (``"rank 7"``) only at steps where a planted fault struck some rank and
+    the ground truth has this rank itself late (from half the threshold up) there. The simulated ranks
+    share this machine's two cores, so a fault's CPU hog (a SCHED_FIFO neighbour) really holds other
+    ranks back at the fault's steps: naming one of them then reports lateness that happened, caused by
+    that fault, and is not a straggler named without one. A rank also named at any other step, or not
+    late where it is named, stays unexplained."""
+    threshold = truth.get("straggler_threshold_ms", 0.0)
+    late = lateness(truth)
+    struck = {s["step"] for s in truth["per_step"] for r in s["ranks"] if r["cause"]}
+    out = set()
+    for straggler in diagnosis["stragglers"]:
+        if straggler["cluster_id"] != truth["cluster_id"] or straggler["kind"] != "rank":
+            continue
+        named = predictions_from(truth, {**diagnosis, "stragglers": [straggler]})
+        if named and all(
+            step in struck and late.get((step, rank), (0.0, None))[0] >= NEUTRAL_FROM * threshold
+            for step, rank, _ in named
+        ):
+            out.add(f"rank {straggler['rank']}")
+    return out
+
+
 def _struck_episode(truth: dict[str, Any], diagnosis: dict[str, Any], straggler: dict[str, Any],
                     episode: dict[str, Any], struck: set[tuple[int, str]]) -> bool:
     """Whether any rank of a node's episode maps to a step where a fault struck that node."""

@@ -11,6 +11,7 @@ from rankecho.sim.score import (
     predictions_from,
     score,
     spilled_nodes,
+    spilled_ranks,
     unobserved,
 )
 
@@ -191,3 +192,29 @@ def test_a_node_named_only_where_a_fault_struck_one_of_its_ranks_is_not_named_wi
     assert spilled_nodes(truth, node_b(3, 6)) == {"node b"}
     assert spilled_nodes(truth, node_b(3, 9)) == set()
     assert spilled_nodes(truth, diagnosis("a", [(2, t0 + 3 * step_ns + late, "allocator")])) == set()
+
+
+def test_a_rank_late_only_at_a_faults_steps_is_load_the_fault_spilled_not_named_without_one() -> None:
+    """Rank 3 (no fault) is late by 35 ms at step 3, where rank 2's fault fired: the hog held it back on the
+    shared cores. Named only there, that is the fault's load; named also at step 9 (where it was on time),
+    or where it was not late, or a rank late at a step no fault struck, it is named without a fault."""
+    truth = full_truth()
+    t0, step_ns = 1_000_000_000_000, 45_000_000
+    mate = truth["per_step"][3]["ranks"][3]
+    mate["entered_late_by_ms"], mate["gpu_late_by_ms"] = 35.0, 35.0
+    mate["enter_ns"] += 35_000_000
+
+    def rank_named(rank: int, *steps: int, late_ms: float = 35.0) -> dict[str, Any]:
+        answer = diagnosis("a", [])
+        answer["stragglers"] = [{"cluster_id": "c", "kind": "rank", "node_id": "b", "rank": rank,
+                                 "episodes": [{"timestamp_ns": t0 + s * step_ns + int(late_ms * 1e6),
+                                               "cause": None, "ranks": [rank]} for s in steps]}]  # fmt: skip
+        return answer
+
+    assert spilled_ranks(truth, rank_named(3, 3)) == {"rank 3"}
+    assert spilled_ranks(truth, rank_named(3, 3, 9)) == set()  # on time at step 9
+    assert spilled_ranks(truth, rank_named(3, 6)) == set()  # a fault's step, but rank 3 was on time there
+    assert spilled_ranks(truth, rank_named(0, 9, late_ms=30.0)) == set()  # late, but no fault at step 9
+    assert spilled_ranks(truth, rank_named(3)) == set()  # no episode: nothing to excuse
+    other = {**rank_named(3, 3), "stragglers": [{**rank_named(3, 3)["stragglers"][0], "cluster_id": "x"}]}
+    assert spilled_ranks(truth, other) == set()  # another cluster's rank 3

@@ -290,8 +290,8 @@ SIM_PHASE static int64_t backward(struct rank *r, const struct plan *p) {
         for (; b < (k + 1) * c->buckets / p->n_bwd; b++) { /* bucket b's gradients are ready */
             before_collective(r, p, -1, b);
             if (b == 0) {
-                enter = sim_realtime_ns();
                 check(a->cudaEventRecord(r->coll_event, r->stream), "cudaEventRecord");
+                enter = sim_realtime_ns(); /* after the record (it takes the stream's lock): next is the call */
                 if (p->desync) {
                     desync_rank(r, p);
                     continue;
