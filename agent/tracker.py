@@ -188,8 +188,11 @@ class Tracker:
                 self._finish(proc)
                 self._exited(proc, rec)
 
-    def _emit(self, proc: Proc | None, metric: str, ts: int, value: float | int,
-              attrs: dict[str, AttrValue], tid: int = 0, chain: str | None = None) -> None:
+    def emit(self, proc: Proc | None, metric: str, ts: int, value: float | int,
+             attrs: dict[str, AttrValue], tid: int = 0, chain: str | None = None) -> None:
+        """Send one point (``ts`` monotonic) of a traced process (None: the agent's own), as every part of
+        the tracker does: stamped with the process's resource, its causal chain id (``chain``, else the
+        process's current step's), thread id and name, and its event id."""
         key = proc.key if proc else None
         if proc is not None and (proc.resource_stale or proc.key not in self.resources):
             self.resources[proc.key] = self._resource(proc)
@@ -216,12 +219,6 @@ class Tracker:
             attrs[c.EVENT_ID] = short_hash(self.node_id, key, metric, tid, ts, chain_sent or "")
         self._sink(key, Point(metric, unix_ns, value, attrs))
 
-    def emit(self, proc: Proc, metric: str, ts: int, value: float | int, attrs: dict[str, AttrValue],
-             tid: int = 0, chain: str | None = None) -> None:
-        """Send one point of a traced process (``ts`` monotonic), as the record handlers do; ``chain``:
-        its causal chain id when not the process's current step's."""
-        self._emit(proc, metric, ts, value, attrs, tid, chain)
-
     def ship_stack(self, proc: Proc, rec: StackRecord) -> str | None:
         """Name a captured stack and ship it the first time this agent sees it; its id (None: no symbols)."""
         if self.stacks is None:
@@ -232,7 +229,7 @@ class Tracker:
         if info.new:
             attrs: dict[str, AttrValue] = {c.STACK_ID: info.id, c.STACK_FRAMES: "\n".join(info.frames),
                                            c.STACK_TRUNCATED: info.truncated}
-            self._emit(proc, c.M_STACK, rec.ts, len(info.frames), attrs)
+            self.emit(proc, c.M_STACK, rec.ts, len(info.frames), attrs)
         return info.id
 
     def _stack(self, rec: StackRecord) -> None:
@@ -293,7 +290,7 @@ class Tracker:
             attrs[c.STACK_ID] = stack
 
         def ship() -> None:
-            self._emit(proc, metric, start, (end - start) / 1e6, attrs, tid, chain=chain)
+            self.emit(proc, metric, start, (end - start) / 1e6, attrs, tid, chain=chain)
 
         self.windows.call(proc.info.pid, tid, kind, start, end, ship, stack)
 
@@ -336,7 +333,7 @@ class Tracker:
         if rec.status is not None:
             attrs[c.EXIT_STATUS] = rec.status
         status = -1 if rec.status is None else rec.status
-        self._emit(proc, c.M_PROCESS_EXIT, rec.ts, status, attrs, chain=proc.step_chain())
+        self.emit(proc, c.M_PROCESS_EXIT, rec.ts, status, attrs, chain=proc.step_chain())
 
     def close(self) -> None:
         """The agent stops: every pending collective goes out without completion."""

@@ -56,7 +56,7 @@ TARGETS: dict[str, Target] = {
         "event ids (contract.event_id, which Echo recomputes from a typed row, or short_hash, over node, "
         "process, metric, thread, time, chain) and the comm-id hashes",
         ("agent.identity.x_short_hash__*", "agent.identity.x_unique_id_hash__*",
-         "agent.identity.x_split_child_id__*", "agent.identity.x_unaligned_comm_id__*", f"{TRACKER}_emit__*",
+         "agent.identity.x_split_child_id__*", "agent.identity.x_unaligned_comm_id__*", f"{TRACKER}emit__*",
          "shared.contract.x_event_id__*"),
     ),
     "chain": Target(
