@@ -282,7 +282,7 @@ class Tracker:
         self.interval(proc, kind, SIMPLE_CALLS[fn], rec.ts, rec.ts2, attrs, rec.tid)
 
     def interval(self, proc: Proc, kind: str, metric: str, start: int, end: int,
-                  attrs: dict[str, AttrValue], tid: int) -> None:
+                 attrs: dict[str, AttrValue], tid: int) -> None:
         """A CUDA call's interval: into the thread's window ring; out as a raw point if it is evidence."""
         chain = proc.step_chain()
         stack = self.stack_for(tid, start)

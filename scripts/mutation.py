@@ -61,7 +61,8 @@ TARGETS: dict[str, Target] = {
     ),
     "chain": Target(
         ("agent/collectives.py", "agent/procstate.py"),
-        ("tests/test_agent_tracker.py", "tests/test_agent_chain.py", "tests/test_agent_health.py"),
+        ("tests/test_agent_tracker.py", "tests/test_agent_chain.py", "tests/test_agent_health.py",
+         "tests/test_agent_journal.py", "tests/test_agent_window.py", "tests/test_agent_stacks_keeper.py"),
         "which comm and sequence number each point's causal chain id is built from (shared.contract's "
         "causal_chain_id itself is one f-string, which mutmut does not mutate)",
         (f"{COLLECTIVES}collective__*", f"{COLLECTIVES}comm_init__*", f"{COLLECTIVES}_comm__*",
