@@ -46,6 +46,7 @@ class Target:
 
 
 TRACKER = "agent.tracker.xǁTrackerǁ"
+COLLECTIVES = "agent.collectives.xǁCollectivesǁ"
 TARGETS: dict[str, Target] = {
     "health": Target(("agent/health.py",), ("tests/test_agent_health.py", "tests/test_agent_tracker.py"),
                      "the per-rank health score (docs/health.md)"),
@@ -55,16 +56,17 @@ TARGETS: dict[str, Target] = {
         "event ids (contract.event_id, which Echo recomputes from a typed row, or short_hash, over node, "
         "process, metric, thread, time, chain) and the comm-id hashes",
         ("agent.identity.x_short_hash__*", "agent.identity.x_unique_id_hash__*",
-         "agent.identity.x_split_child_id__*", "agent.identity.x_unaligned_comm_id__*", f"{TRACKER}_emit__*",
+         "agent.identity.x_split_child_id__*", "agent.identity.x_unaligned_comm_id__*", f"{TRACKER}emit__*",
          "shared.contract.x_event_id__*"),
     ),
     "chain": Target(
-        ("agent/tracker.py", "agent/procstate.py"),
-        ("tests/test_agent_tracker.py", "tests/test_agent_chain.py", "tests/test_agent_health.py"),
+        ("agent/collectives.py", "agent/procstate.py"),
+        ("tests/test_agent_tracker.py", "tests/test_agent_chain.py", "tests/test_agent_health.py",
+         "tests/test_agent_journal.py", "tests/test_agent_window.py", "tests/test_agent_stacks_keeper.py"),
         "which comm and sequence number each point's causal chain id is built from (shared.contract's "
         "causal_chain_id itself is one f-string, which mutmut does not mutate)",
-        (f"{TRACKER}_collective__*", f"{TRACKER}_init__*", f"{TRACKER}_comm__*", f"{TRACKER}_step_done__*",
-         f"{TRACKER}_sync__*", "agent.procstate.xǁProcǁstep_chain__*"),
+        (f"{COLLECTIVES}collective__*", f"{COLLECTIVES}comm_init__*", f"{COLLECTIVES}_comm__*",
+         f"{COLLECTIVES}_step_done__*", f"{COLLECTIVES}sync__*", "agent.procstate.xǁProcǁstep_chain__*"),
     ),
     "guard": Target(("echo/guard/*.py",), ("tests/test_guard_units.py", "tests/test_guard_bound.py",
                                            "tests/test_guard_layers.py", "tests/test_guard_corpus.py",
