@@ -105,3 +105,36 @@ def test_a_line_cut_by_a_kill_is_skipped(tmp_path: Path) -> None:
         f.write('{"pid": 100, "started": 7, "han')
     after = AgentRun(journal, rank=2)
     assert after.journal.lookup((PID, START), WORLD) is not None
+
+
+def test_a_restored_communicator_keeps_all_the_journal_knew_through_another_restart(tmp_path: Path) -> None:
+    """What the journal restores (rank, size, parent, that the id is exact) is used and written back: a
+    point sent before the first collective does not leave the process's resource without its rank, a
+    split of a restored communicator counts as seen created, and a later restart still finds the parent."""
+    journal = tmp_path / "comms.jsonl"
+    before = AgentRun(journal, rank=3)
+    before.create()
+    before.step(10, WORLD)
+    before.step(15, CHILD)
+    old = {a[c.COMM_ID]: a for a in before.collectives()}
+    known_child = before.journal.lookup((PID, START), CHILD)
+    assert known_child is not None and known_child.parent_id is not None
+    after = AgentRun(journal, rank=3)
+    after.call(FN.STREAM_SYNC, 100 * MS, 180 * MS, a1=STREAM)  # a long sync: sent before any collective
+    assert c.RANK not in after.t.resources[(PID, START)]  # nothing says the rank yet
+    after.step(200, WORLD)
+    after.step(205, CHILD)
+    for point in after.collectives():
+        for key in (c.COMM_RANK, c.COMM_NRANKS):
+            assert point.get(key) == old[point[c.COMM_ID]].get(key)
+    assert after.collectives()[0][c.COMM_NRANKS] == 4
+    resource = after.t.resources[(PID, START)]
+    assert (resource[c.RANK], resource[c.NRANKS]) == (3, 4)
+    grandchild = CallRecord(PID, PID, FN.COMM_SPLIT, 300 * MS, 301 * MS, CHILD, 0, 0, 0xF0, 0)
+    after.t.handle(InitRecord(grandchild, b"\0" * 128))
+    after.step(310, 0xF0)
+    assert after.collectives()[-1][c.SEQ_ALIGNED] is True  # its parent's id is exact: counted from 0
+    again = AgentRun(journal, rank=3)
+    child = again.journal.lookup((PID, START), CHILD)
+    assert child is not None and (child.parent_id, child.splits) == (known_child.parent_id, 1)
+    assert again.journal.lookup((PID, START), 0xF0) is not None
