@@ -103,6 +103,8 @@ class AgentTimes:
     stop_s: float = 0.0
     detach_s: float = math.nan
     """The agent's own 'detached N uprobes in X s' figure (part of ``stop_s``)."""
+    uprobes: int = 0
+    """N of that line: the uprobes it detached (the kernel releases them one after another)."""
     delivery: dict[str, int] = field(default_factory=dict)
 
 
@@ -137,7 +139,7 @@ def stop_timed(agent: Agent, times: AgentTimes) -> int:
     text = times.log.read_text()
     detached = DETACHED.search(text)
     if detached:
-        times.detach_s = float(detached.group(2))
+        times.uprobes, times.detach_s = int(detached.group(1)), float(detached.group(2))
     summary = SUMMARY.search(text)
     if summary:
         keys = ("acknowledged", "rejected", "dropped", "unsent")
@@ -198,6 +200,7 @@ def timing_report(times: list[AgentTimes]) -> dict[str, Any]:
         "agent_start_to_first_attach_s": spread(vals("start_to_first_attach_s")),
         "agent_stop_s": spread(vals("stop_s")),
         "agent_stop_detach_s": spread(vals("detach_s")),
+        "agent_uprobes_detached": [t.uprobes for t in times],
         "agent_delivery": {k: sum(t.delivery.get(k, 0) for t in times)
                            for k in ("acknowledged", "rejected", "dropped", "unsent")},
         "agents_without_summary": [t.node for t in times if not t.delivery],

@@ -286,6 +286,7 @@ def report(r: dict[str, Any], rounds: int) -> None:
           f"BPF compile+load {b['bpf_compile_load_s']:.2f} s")
     print(f"agent stop (SIGTERM to exit): median {stop['median']:.2f} s, max {stop['max']:.2f} s "
           f"(target <= 2 s); of which detaching uprobes median {detach['median']:.2f} s, max "
-          f"{detach['max']:.2f} s; exit codes {r['agent_exit_codes']}")
+          f"{detach['max']:.2f} s ({r['agent_uprobes_detached']} uprobes); "
+          f"exit codes {r['agent_exit_codes']}")
     print(f"points: agents acknowledged {r['agent_delivery']}, Echo {r['echo_counts']}; "
           f"lost {r['points_lost']:.0f}")

@@ -11,6 +11,7 @@ import pytest
 
 from bench._agent_job import builtin_shape, scenario_shape
 from bench._agent_stats import (
+    DETACHED,
     SUMMARY,
     AgentTimes,
     StepStats,
@@ -65,6 +66,8 @@ def test_the_agents_summary_line_and_echos_metrics_are_read_as_written(tmp_path:
     line = Delivery(120, 1, "bad token", 2, 3, "spool", "root").summary()
     m = SUMMARY.search(f"2026-12-06 02:45:32,123 rankecho-agent INFO {line}")
     assert m is not None and tuple(map(int, m.groups())) == (120, 1, 2, 3)
+    detached = DETACHED.search(f"detached {45:d} uprobes in {4.06:.1f} s")  # agent/runner.py's line
+    assert detached is not None and detached.groups() == ("45", "4.1")
 
     stats = Stats()
     stats.received("metrics", 70)
@@ -72,14 +75,16 @@ def test_the_agents_summary_line_and_echos_metrics_are_read_as_written(tmp_path:
     stats.committed(rows=75, inserted=72, seconds=0.01)
     assert echo_counts(render(stats.snapshot())) == {"received": 75.0, "committed": 72.0, "duplicates": 3.0}
 
-    times = [AgentTimes("node-a", tmp_path / "a.log", 1.5, 1.2, 4.0, 3.8, {"acknowledged": 10, "unsent": 0}),
-             AgentTimes("node-b", tmp_path / "b.log", 2.5, math.nan, 5.0, math.nan)]
+    times = [AgentTimes("node-a", tmp_path / "a.log", start_to_ready_s=1.5, start_to_first_attach_s=1.2,
+                        stop_s=4.0, detach_s=3.8, uprobes=45, delivery={"acknowledged": 10, "unsent": 0}),
+             AgentTimes("node-b", tmp_path / "b.log", start_to_ready_s=2.5, stop_s=5.0)]
     report = timing_report(times)
     assert report["agent_start_to_attached_s"]["median"] == 2.0
     assert report["agent_start_to_first_attach_s"]["max"] == 1.2
     assert report["agent_stop_s"]["max"] == 5.0
     assert report["agent_delivery"]["acknowledged"] == 10
     assert report["agents_without_summary"] == ["node-b"]
+    assert report["agent_uprobes_detached"] == [45, 0]
 
 
 def test_a_scenario_gives_each_rank_the_options_rankecho_sim_does_less_program_and_log() -> None:
