@@ -15,6 +15,7 @@ the worst step, which is the worst of all rounds.
 from __future__ import annotations
 
 import math
+import os
 import re
 import signal
 import statistics
@@ -79,6 +80,11 @@ def spread(values: list[float]) -> dict[str, Any]:
     return {"median": statistics.median(known), "max": max(known), "each": values}
 
 
+def cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
 def step_times_ms(job: SimJob) -> list[float]:
     """Every rank's step times (end - start of its ``step`` log lines, step 0 left out) of the job's last
     run; the rank log's line is ``step N start enter end ...`` in ns (sim/src/simrank.c)."""
@@ -100,6 +106,9 @@ class AgentTimes:
     start_to_ready_s: float = 0.0
     start_to_first_attach_s: float = math.nan
     """Launch to its first 'attached N probes' log line: interpreter start, imports, BPF compile and load."""
+    start_cpu_s: float = math.nan
+    """CPU time (user + system) the agent had used when it was seen ready: what its start costs a core,
+    whatever the machine's load stretches the wall time to."""
     stop_s: float = 0.0
     detach_s: float = math.nan
     """The agent's own 'detached N uprobes in X s' figure (part of ``stop_s``)."""
@@ -116,6 +125,7 @@ def start_timed(job: SimJob, node: str, endpoint: str, token: str, *extra: str) 
     agent = job.start_agent(node, endpoint, token, *extra, wait=False)
     wait_ready([agent])
     times = AgentTimes(node, agent.log, (agent.ready.stat().st_mtime_ns - t0) / 1e9)
+    times.start_cpu_s = cpu_ticks(agent.proc.pid) / os.sysconf("SC_CLK_TCK")
     lines = agent.log.read_text().splitlines()
     first = next((m for m in map(ATTACHED.match, lines) if m), None)
     if first:  # logging's asctime: local time, ms resolution
@@ -198,6 +208,7 @@ def timing_report(times: list[AgentTimes]) -> dict[str, Any]:
     return {
         "agent_start_to_attached_s": spread(vals("start_to_ready_s")),
         "agent_start_to_first_attach_s": spread(vals("start_to_first_attach_s")),
+        "agent_start_cpu_s": spread(vals("start_cpu_s")),
         "agent_stop_s": spread(vals("stop_s")),
         "agent_stop_detach_s": spread(vals("detach_s")),
         "agent_uprobes_detached": [t.uprobes for t in times],

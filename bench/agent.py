@@ -43,6 +43,7 @@ from bench._agent_stats import (
     StepStats,
     arm_summary,
     compile_breakdown,
+    cpu_ticks,
     echo_counts,
     ratio,
     start_timed,
@@ -96,11 +97,6 @@ def skip_reason() -> str | None:
     if subprocess.run(["make", "-s", "-C", str(SIM)]).returncode:  # incremental: rebuilds what is stale
         return "cannot build the simulator (make -C sim)"
     return None
-
-
-def cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
 
 
 def rss_kib(pid: int) -> tuple[int, int]:
@@ -283,7 +279,8 @@ def report(r: dict[str, Any], rounds: int) -> None:
     print(f"agent start to attached: median {st['median']:.2f} s, max {st['max']:.2f} s (target <= 2 s); "
           f"to its first attach {first['median']:.2f} s; apart: interpreter "
           f"{b['interpreter_start_and_exit_s']:.2f} s, imports {b['imports_s']:.2f} s, "
-          f"BPF compile+load {b['bpf_compile_load_s']:.2f} s")
+          f"BPF compile+load {b['bpf_compile_load_s']:.2f} s; CPU used by then "
+          f"{r['agent_start_cpu_s']['median']:.2f} s (median)")
     print(f"agent stop (SIGTERM to exit): median {stop['median']:.2f} s, max {stop['max']:.2f} s "
           f"(target <= 2 s); of which detaching uprobes median {detach['median']:.2f} s, max "
           f"{detach['max']:.2f} s ({r['agent_uprobes_detached']} uprobes); "
