@@ -85,16 +85,33 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
-def step_times_ms(job: SimJob) -> list[float]:
-    """Every rank's step times (end - start of its ``step`` log lines, step 0 left out) of the job's last
-    run; the rank log's line is ``step N start enter end ...`` in ns (sim/src/simrank.c)."""
-    steps = []
+def step_lines(job: SimJob) -> list[list[str]]:
+    """Every rank's ``step`` log lines of the job's last run, split, step 0 left out: ``step N start enter
+    end ...`` in ns (sim/src/simrank.c; enter: the step's first collective)."""
+    out = []
     for r in range(job.world):
         for line in job.rank_log(r).splitlines():
             w = line.split()
             if w and w[0] == "step" and int(w[1]) > 0:
-                steps.append((int(w[4]) - int(w[2])) / 1e6)
-    return steps
+                out.append(w)
+    return out
+
+
+def step_times_ms(job: SimJob) -> list[float]:
+    """Every rank's step times (end - start, step 0 left out) of the job's last run."""
+    return [(int(w[4]) - int(w[2])) / 1e6 for w in step_lines(job)]
+
+
+def phase_medians_ms(job: SimJob) -> dict[str, float]:
+    return phase_medians(step_lines(job))
+
+
+def phase_medians(lines: list[list[str]]) -> dict[str, float]:
+    """Where a step's time goes, median over split ``step`` lines: before its first collective (data
+    loading, forward, backward, their launches and syncs: the rank's own work) and from there to the
+    step's end (the collectives, where a rank waits for the slowest, then the optimizer's sync)."""
+    return {"to_first_collective_ms": statistics.median((int(w[3]) - int(w[2])) / 1e6 for w in lines),
+            "collectives_to_end_ms": statistics.median((int(w[4]) - int(w[3])) / 1e6 for w in lines)}
 
 
 @dataclass

@@ -45,6 +45,7 @@ from bench._agent_stats import (
     compile_breakdown,
     cpu_ticks,
     echo_counts,
+    phase_medians_ms,
     ratio,
     start_timed,
     step_stats,
@@ -182,6 +183,7 @@ def run(argv: list[str]) -> dict[str, Any]:
             other_agents, other_times = start_agents(nostacks, echo.otlp_grpc, "--no-stacks")
             step_ms: dict[str, list[float]] = {"without": [], "with": [], "no_stacks": []}
             stats: dict[str, list[StepStats]] = {"without": [], "with": [], "no_stacks": []}
+            phases: dict[str, list[dict[str, float]]] = {"without": [], "with": [], "no_stacks": []}
             cpu_ticks_used, traced_wall = 0, 0.0
             for _ in range(args.rounds):
                 for name, j in (("without", plain), ("no_stacks", nostacks), ("with", traced)):
@@ -196,6 +198,7 @@ def run(argv: list[str]) -> dict[str, Any]:
                     steps = step_times_ms(j)
                     step_ms[name].append(statistics.median(steps))
                     stats[name].append(step_stats(steps))
+                    phases[name].append(phase_medians_ms(j))
             rss = [rss_kib(a.proc.pid) for a in agents]
             cudart = "libcudart.so.12"
             node_plain = next((n for n in shape.nodes if n not in shape.endbr_nodes), None)
@@ -229,6 +232,8 @@ def run(argv: list[str]) -> dict[str, Any]:
         "step_time_ratio_no_stacks": no_stacks / without,
         "stacks_step_time_ratio": with_ / no_stacks,
         "step_stats_ms": {name: vars(s) for name, s in arms.items()},
+        "step_phases_ms": {name: {k: statistics.median(p[k] for p in rounds) for k in rounds[0]}
+                           for name, rounds in phases.items()},
         "step_median_ratio": ratio(arms["with"].median_ms, arms["without"].median_ms),
         "step_p95_ratio": ratio(arms["with"].p95_ms, arms["without"].p95_ms),
         "step_max_ratio": ratio(arms["with"].max_ms, arms["without"].max_ms),
@@ -259,6 +264,9 @@ def report(r: dict[str, Any], rounds: int) -> None:
     for name, s in r["step_stats_ms"].items():
         print(f"  {name:>9}: median {s['median_ms']:.2f} ms, p95 {s['p95_ms']:.2f} ms, "
               f"worst {s['max_ms']:.2f} ms")
+    for name, ph in r["step_phases_ms"].items():
+        print(f"  {name:>9}: to the first collective {ph['to_first_collective_ms']:.2f} ms, from there to "
+              f"the end {ph['collectives_to_end_ms']:.2f} ms (medians)")
     print(f"  with/without: median x{r['step_median_ratio']:.4f} (target <= 1.01), p95 "
           f"x{r['step_p95_ratio']:.4f} (target <= 1.03), worst x{r['step_max_ratio']:.3f}")
     print(f"call stacks: with agents but --no-stacks {r['step_ms_with_agent_no_stacks']:.2f} ms (ratio "
