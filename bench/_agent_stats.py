@@ -109,9 +109,11 @@ def phase_medians_ms(job: SimJob) -> dict[str, float]:
 def phase_medians(lines: list[list[str]]) -> dict[str, float]:
     """Where a step's time goes, median over split ``step`` lines: before its first collective (data
     loading, forward, backward, their launches and syncs: the rank's own work) and from there to the
-    step's end (the collectives, where a rank waits for the slowest, then the optimizer's sync)."""
+    step's end (the collectives, where a rank waits for the slowest, then the optimizer's sync, whose
+    own wait is ``final_sync_ms``: the line's fifth field, end minus the sync's start)."""
     return {"to_first_collective_ms": statistics.median((int(w[3]) - int(w[2])) / 1e6 for w in lines),
-            "collectives_to_end_ms": statistics.median((int(w[4]) - int(w[3])) / 1e6 for w in lines)}
+            "collectives_to_end_ms": statistics.median((int(w[4]) - int(w[3])) / 1e6 for w in lines),
+            "final_sync_ms": statistics.median(int(w[5]) / 1e6 for w in lines)}
 
 
 @dataclass

@@ -266,7 +266,8 @@ def report(r: dict[str, Any], rounds: int) -> None:
               f"worst {s['max_ms']:.2f} ms")
     for name, ph in r["step_phases_ms"].items():
         print(f"  {name:>9}: to the first collective {ph['to_first_collective_ms']:.2f} ms, from there to "
-              f"the end {ph['collectives_to_end_ms']:.2f} ms (medians)")
+              f"the end {ph['collectives_to_end_ms']:.2f} ms, of which the last sync "
+              f"{ph['final_sync_ms']:.2f} ms (medians)")
     print(f"  with/without: median x{r['step_median_ratio']:.4f} (target <= 1.01), p95 "
           f"x{r['step_p95_ratio']:.4f} (target <= 1.03), worst x{r['step_max_ratio']:.3f}")
     print(f"call stacks: with agents but --no-stacks {r['step_ms_with_agent_no_stacks']:.2f} ms (ratio "

@@ -58,10 +58,11 @@ def test_step_stats_and_arm_summary_take_medians_over_rounds_and_the_worst_step_
 
 def test_phases_split_each_step_at_its_first_collective() -> None:
     # simrank's line: step N start enter end (end - sync start) load alloc fwd_sync gpu_done causes
-    lines = [f"step {n} {t0} {t0 + pre} {t0 + pre + post} 0 0 0 0 0 -".split()
+    lines = [f"step {n} {t0} {t0 + pre} {t0 + pre + post} {post // 2} 0 0 0 0 -".split()
              for n, t0, pre, post in ((1, 0, 30_000_000, 10_000_000), (2, 50_000_000, 32_000_000, 14_000_000),
                                       (3, 99_000_000, 31_000_000, 12_000_000))]  # fmt: skip
-    assert phase_medians(lines) == {"to_first_collective_ms": 31.0, "collectives_to_end_ms": 12.0}
+    assert phase_medians(lines) == {"to_first_collective_ms": 31.0, "collectives_to_end_ms": 12.0,
+                                    "final_sync_ms": 6.0}
 
 
 def test_spread_leaves_out_figures_a_log_did_not_give() -> None:
