@@ -185,3 +185,43 @@ def test_peek_sums_a_span_with_the_interval_in_progress_and_changes_nothing() ->
     assert window.peek(500 * ms, 5000 * ms).spent_ns["sleeping"] == (500 + 3 * 1000) * ms
     assert (dict(window.windows), {k: list(v) for k, v in window.lengths.items()}) == before
     assert not window.calls_collectives and shipped == []
+
+
+def test_a_window_sums_what_a_scan_of_the_whole_ring_would_even_with_intervals_out_of_order() -> None:
+    """_sum walks back only over the ring's tail that can reach the window; intervals that ended out of
+    order (a long one added before shorter ones inside it, touching ends, an interval at the ring's
+    start reaching past later ones) must count exactly as a scan of every interval counts them."""
+    import random
+
+    from rankecho.agent.window import ThreadWindow
+
+    def full_scan(ring: list[Interval], start: int, end: int) -> tuple[dict[str, int], int, list[int]]:
+        spent = dict.fromkeys(c.PRE_CLASSES, 0)
+        presync, inside = 0, []
+        for iv in ring:
+            overlap = min(iv.end_ns, end) - max(iv.start_ns, start)
+            if overlap > 0:
+                inside.append(id(iv))
+                presync += iv.presync_sign * overlap
+                if iv.category is not None:
+                    spent[iv.category] += overlap
+        return spent, presync, inside
+
+    rng = random.Random(7)
+    classes = [None, *c.PRE_CLASSES]
+    for _ in range(200):
+        window, ring, t = ThreadWindow(), [], 0
+        for _ in range(rng.randint(0, 60)):
+            t += rng.randint(-40, 40)  # starts and ends go back as well as forward
+            iv = Interval(t, t + rng.choice([0, 1, 5, 30, 300]), rng.choice(classes), rng.choice([-1, 0, 1]),
+                          None, rng.choice([None, "s1", "s2"]))  # fmt: skip
+            window.add(iv)
+            ring.append(iv)
+        start = rng.randint(-50, max(t, 0) + 50)
+        end = start + rng.choice([0, 1, 10, 100, 1000])
+        spent, presync, inside, _ = window._sum(start, end)
+        assert (spent, presync, [id(iv) for iv in inside]) == full_scan(ring, start, end)
+    long_first = ThreadWindow()
+    for iv in (Interval(0, 100, "sleeping", 0, None), Interval(10, 20, "memcpy", 0, None)):
+        long_first.add(iv)
+    assert long_first._sum(50, 60)[0]["sleeping"] == 10  # the long one still counts behind a short one
