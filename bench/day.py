@@ -1,4 +1,4 @@
-"""Issue 20's day and memory targets: a compressed day of a big job with retention, and Echo's RSS by store size.
+"""Issue 20's day and memory targets: a compressed day of a big job with retention; Echo's RSS by store size.
 
 1. **A real sample**: ``rankecho stress --shape agent`` (``--ranks`` at 1 s steps for ``--sample-s`` of job
    time, ``--speed max``, planted stragglers) into a real ``rankecho serve`` on a fresh store, stopped with
@@ -53,7 +53,10 @@ ONCE_ONLY = ("rankecho.nccl.comm_init", "rankecho.nccl.comm_destroy")
 MEMORY_LIMIT = "4GB"
 MEMORY_LIMIT_BYTES = 4 * 1000**3
 TARGET_DAY_BYTES = 20 * 1000**3
-ECHO_CONFIG = {"checkpoint_threshold": "256MB", "memory_limit": MEMORY_LIMIT}
+ECHO_CONFIG: dict[str, str | bool | int | float | list[str]] = {
+    "checkpoint_threshold": "256MB",
+    "memory_limit": MEMORY_LIMIT,
+}
 """As Echo opens its store (echo/app.py ``open_store``)."""
 
 
@@ -66,7 +69,7 @@ def take_sample(tmp: Path, ranks: int, seconds: float, stragglers: int) -> tuple
     db = tmp / "sample.db"
     started = time.monotonic()
     with EchoProcess(db, TOKEN) as echo:
-        result = generate(echo, ranks, 1000.0, seconds, "max", tmp / "sample.stress.log", stragglers=stragglers)
+        result = generate(echo, ranks, 1000.0, seconds, "max", tmp / "sample.log", stragglers=stragglers)
     keep = ("ranks", "steps", "acked", "failed", "eps", "events_per_rank_step", "planted", "echo_cores")
     info = {k: result[k] for k in keep} | {"seconds": round(time.monotonic() - started, 1)}
     log(f"sample: {ranks} ranks x {result['steps']} steps, {result['acked']:,} points acked in "
@@ -134,9 +137,10 @@ class Replay:
         k0, k1 = self.copies, self.copies + copies
         written = 0
         for table in TABLES:
-            columns = [r[0] for r in self.con.execute(
+            found = self.con.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_catalog = 'src' "
-                "AND table_name = ? AND is_generated = 'NEVER' ORDER BY ordinal_position", [table]).fetchall()]
+                "AND table_name = ? AND is_generated = 'NEVER' ORDER BY ordinal_position", [table])
+            columns = [r[0] for r in found.fetchall()]
             where = f"WHERE r.k = 0 OR metric_name NOT IN {ONCE_ONLY}" if table == "events_generic" else ""
             order = "" if copies == 1 else "ORDER BY r.k, s.rowid"  # one copy: the scan keeps the order
             (n,) = self.con.execute(
@@ -178,7 +182,8 @@ def retention_pass(retention: Retention) -> dict[str, Any]:
         longest, steps = max(longest, time.perf_counter() - t0), steps + 1
     report = future.result()
     return {"steps": steps, "longest_step_ms": round(longest * 1000, 1), "pass_s": round(report.seconds, 2),
-            "rows_deleted": report.rows_deleted, "rollup_rows_written": report.rollup_rows_written}  # fmt: skip
+            "rows_deleted": report.rows_deleted,
+            "rollup_rows_written": report.rollup_rows_written}  # fmt: skip
 
 
 def day(
@@ -369,7 +374,8 @@ def run(argv: list[str]) -> dict[str, Any]:
         out["days"] = []
         for hours_kept in ([] if args.hours <= 0 else [float(h) for h in args.retention_h.split(",")]):
             log(f"day: {args.hours:g} h of job time, retention {hours_kept:g} h")
-            out["days"].append(day(tmp / "day.db", sample, args.hours, hours_kept, args.every_min, args.batch))
+            kept = day(tmp / "day.db", sample, args.hours, hours_kept, args.every_min, args.batch)
+            out["days"].append(kept)
             for f in tmp.glob("day.db*"):
                 f.unlink()
             d = out["days"][-1]
@@ -379,7 +385,8 @@ def run(argv: list[str]) -> dict[str, Any]:
         for events in (int(float(e)) for e in args.rss_events.split(",") if e):
             db = tmp / f"rss-{events}.db"
             built = build_store(db, sample, events, args.batch)
-            log(f"rss store: {built['events']:,} events, {built['file_bytes'] / 1e9:.2f} GB, {built['build_s']} s")
+            log(f"rss store: {built['events']:,} events, {built['file_bytes'] / 1e9:.2f} GB, "
+                f"{built['build_s']} s")
             out["rss"].append(built | rss_of_store(db, tmp, args.tool_timeout_s))
             r = out["rss"][-1]
             log(f"rss {events:,}: start {r['rss_start_mib']} MiB, peak {r['rss_peak_mib']} MiB, after "
@@ -389,7 +396,43 @@ def run(argv: list[str]) -> dict[str, Any]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     out["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    print(report(out), flush=True)
     return out
+
+
+def report(out: dict[str, Any]) -> str:
+    """The result as markdown tables (stdout): the day's curve per pass, then RSS by store size."""
+    gb = lambda b: f"{b / 1e9:.2f}"  # noqa: E731
+    lines = []
+    for d in out.get("days", []):
+        lines += [
+            f"Day, retention {d['retention_h']:g} h: {d['hours']} h of job time ({d['copies']} copies of "
+            f"{d['sample_length_s']:g} s, {d['rows_per_copy']:,} rows each); file "
+            f"{gb(d['final_file_bytes'])} GB at the end, {gb(d['max_file_bytes'])} GB at most (<= 20 GB: "
+            f"{d['meets_target']}); last 6 h max/min file {d['last_6h_file_max_over_min']}, used "
+            f"{d['last_6h_used_max_over_min']}",
+            "",
+            "| hour | file GB | used GB | free blocks | collectives | host_activity | events_generic "
+            "| rollups | rows/s in | deleted | steps | longest step ms |",
+            "|" + "---|" * 12,
+        ]
+        for p in d["points"]:
+            cells = [p["hour"], gb(p["file_bytes"]), gb(p["used_bytes"]), p["free_blocks"],
+                     p["rows_collectives"], p["rows_host_activity"], p["rows_events_generic"],
+                     p["rows_collective_rollup"], p["insert_rows_per_s"], p["rows_deleted"], p["steps"],
+                     p["longest_step_ms"]]  # fmt: skip
+            lines.append("| " + " | ".join(f"{c:,}" if isinstance(c, int) else str(c) for c in cells) + " |")
+        lines.append("")
+    if out.get("rss"):
+        tools = ("find_stragglers", "explain_straggler", "summary", "get_cost")
+        lines += ["| events | file GB | RSS start / peak / after MiB | limit MiB | " + " | ".join(
+            f"{t} ms" for t in tools) + " | points ingested |", "|" + "---|" * 9]  # fmt: skip
+        for r in out["rss"]:
+            ms = [str(r["tools"].get(t, {}).get("ms", "-")) for t in tools]
+            lines.append(f"| {r['events']:,} | {gb(r['file_bytes'])} | {r['rss_start_mib']} / "
+                         f"{r['rss_peak_mib']} / {r['rss_after_mib']} | {r['limit_mib']} | "
+                         f"{' | '.join(ms)} | {r['ingested']:,} |")  # fmt: skip
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
