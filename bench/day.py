@@ -354,6 +354,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--ranks", type=int, default=1024)
     parser.add_argument("--sample-s", type=float, default=60.0, help="job seconds of the real sample")
     parser.add_argument("--stragglers", type=int, default=2)
+    parser.add_argument("--sample", type=Path, help="reuse this sample store (a copy of one this bench took)")
     parser.add_argument("--hours", type=float, default=24.0, help="simulated job hours (0: skip the day)")
     parser.add_argument("--retention-h", default="12", help="--retention of each day run, comma separated")
     parser.add_argument("--every-min", type=float, default=60.0, help="simulated minutes between passes")
@@ -370,7 +371,10 @@ def run(argv: list[str]) -> dict[str, Any]:
         f"{shutil.disk_usage(args.work).free / 1e9:.0f} GB")  # fmt: skip
     out: dict[str, Any] = {"load_before": [round(x, 2) for x in os.getloadavg()]}
     try:
-        sample, out["sample"] = take_sample(tmp, args.ranks, args.sample_s, args.stragglers)
+        if args.sample:
+            sample, out["sample"] = shutil.copy(args.sample, tmp / "sample.db"), {"reused": str(args.sample)}
+        else:
+            sample, out["sample"] = take_sample(tmp, args.ranks, args.sample_s, args.stragglers)
         out["days"] = []
         for hours_kept in ([] if args.hours <= 0 else [float(h) for h in args.retention_h.split(",")]):
             log(f"day: {args.hours:g} h of job time, retention {hours_kept:g} h")
