@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import sys
@@ -188,9 +189,10 @@ def retention_pass(retention: Retention) -> dict[str, Any]:
 
 def day(
     path: Path, sample: Path, hours: float, retention_h: float, every_min: float, batch: int,
-    progress: Callable[[str], None] = log,
+    progress: Callable[[str], None] = log, points_file: Path | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Replay ``hours`` of job time into a fresh store with a retention pass every ``every_min``."""
+    """Replay ``hours`` of job time into a fresh store with a retention pass every ``every_min``; each
+    point is also appended to ``points_file`` as a JSON line (a run stopped early keeps its curve)."""
     con, replay = new_store(path, sample)
     clock = [replay.now_ns]
     policy = RetentionPolicy(retention_s=retention_h * 3600)
@@ -214,6 +216,9 @@ def day(
         point = {"hour": round(hour, 2), "rows_written": rows, "insert_rows_per_s": round(rows / insert_s),
                  **passed, **snapshot(con, path), "wall_s": round(time.monotonic() - started)}  # fmt: skip
         points.append(point)
+        if points_file is not None:
+            with points_file.open("a") as f:
+                f.write(json.dumps(point | {"retention_h": retention_h}) + "\n")
         progress(f"day h{hour:5.2f}: file {point['file_bytes'] / 2**30:6.2f} GiB, used "
                  f"{point['used_bytes'] / 2**30:6.2f} GiB, free blocks {point['free_blocks']:,}, collectives "
                  f"{point['rows_collectives']:,}, rollups {point['rows_collective_rollup']:,}, "
@@ -361,6 +366,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--batch", type=int, default=1, help="copies per INSERT (1: no sort)")
     parser.add_argument("--rss-events", default="10e6,100e6", help="store sizes for the RSS curve ('': skip)")
     parser.add_argument("--tool-timeout-s", type=float, default=600.0)
+    parser.add_argument("--points", type=Path, help="append each day point here as a JSON line")
     parser.add_argument("--work", type=Path, default=Path(os.environ.get("BENCH_DAY_DIR", "/work/tmp")),
                         help="where the stores go (tens of GB); removed afterwards")  # fmt: skip
     args, _ = parser.parse_known_args(argv)
@@ -378,7 +384,8 @@ def run(argv: list[str]) -> dict[str, Any]:
         out["days"] = []
         for hours_kept in ([] if args.hours <= 0 else [float(h) for h in args.retention_h.split(",")]):
             log(f"day: {args.hours:g} h of job time, retention {hours_kept:g} h")
-            kept = day(tmp / "day.db", sample, args.hours, hours_kept, args.every_min, args.batch)
+            kept = day(tmp / "day.db", sample, args.hours, hours_kept, args.every_min, args.batch,
+                       points_file=args.points)  # fmt: skip
             out["days"].append(kept)
             for f in tmp.glob("day.db*"):
                 f.unlink()
