@@ -311,20 +311,23 @@ def mcp_calls(address: str, timeout_s: float) -> dict[str, Any]:
                 ClientSession(r, w) as session:  # fmt: skip
             await session.initialize()
 
-            async def call(name: str, args: dict[str, Any]) -> dict[str, Any] | None:
+            async def call(name: str, args: dict[str, Any], key: str = "") -> dict[str, Any] | None:
                 t0 = time.perf_counter()
                 res = await session.call_tool(f"fleet.cluster.{name}", args)
-                out[name] = {"ms": round((time.perf_counter() - t0) * 1000), "ok": not res.is_error}
-                log(f"    {name}: {out[name]['ms']:,} ms{'' if not res.is_error else ' (error)'}")
-                return res.structured_content
+                ms = round((time.perf_counter() - t0) * 1000)
+                text = "" if not res.is_error else " ".join(getattr(c, "text", "") for c in res.content)
+                out[key or name] = {"ms": ms, "ok": not res.is_error, "error": text[:300] or None}
+                log(f"    {key or name}: {ms:,} ms{f' (error: {text[:200]})' if text else ''}")
+                return None if res.is_error else res.structured_content
 
             found = await call("find_stragglers", {}) or {}
-            top = (found.get("stragglers") or [None])[0]
+            last5 = await call("find_stragglers", {"window": "last 5m"}, "find_stragglers_last_5m") or {}
+            top = (found.get("stragglers") or last5.get("stragglers") or [None])[0]
             if top and top.get("episodes"):
                 ep = top["episodes"][-1]
                 await call("explain_straggler", {"node_id": top["node_id"], "rank": top["rank"],
                                                  "causal_chain_id": ep.get("causal_chain_id")})  # fmt: skip
-            out["named"] = [s.get("rank") for s in found.get("stragglers", [])]
+            out["named"] = [s.get("rank") for s in (found or last5).get("stragglers", [])]
             await call("summary", {})
             await call("get_cost", {})
         return out
@@ -342,13 +345,16 @@ def rss_of_store(db: Path, tmp: Path, timeout_s: float) -> dict[str, Any]:
         sampler = Sampler(pid)
         sampler.start()
         tools = mcp_calls(str(echo.listening["mcp_http"]), timeout_s)
+        tools_kib, sampler.peak_kib = sampler.peak_kib, 0
         ingest = generate(echo, 64, 1000.0, 10, "max", tmp / "rss.stress.log", stragglers=0)
+        time.sleep(5)  # idle: what stays resident
         after_kib, hwm_kib = rss_kib(pid)
         sampler.halt.set()
         sampler.join()
     mib = 1024
-    peak = max(sampler.peak_kib, hwm_kib)
+    peak = max(tools_kib, sampler.peak_kib, hwm_kib)
     return {"rss_start_mib": start_kib // mib, "rss_peak_mib": peak // mib, "rss_after_mib": after_kib // mib,
+            "rss_peak_tools_mib": tools_kib // mib, "rss_peak_ingest_mib": sampler.peak_kib // mib,
             "vmhwm_mib": hwm_kib // mib, "limit_mib": MEMORY_LIMIT_BYTES // 2**20,
             "under_limit": peak * 1024 < MEMORY_LIMIT_BYTES, "samples": sampler.samples, "tools": tools,
             "ingested": ingest["acked"], "ingest_failed": ingest["failed"]}  # fmt: skip
@@ -435,11 +441,12 @@ def report(out: dict[str, Any]) -> str:
             lines.append("| " + " | ".join(f"{c:,}" if isinstance(c, int) else str(c) for c in cells) + " |")
         lines.append("")
     if out.get("rss"):
-        tools = ("find_stragglers", "explain_straggler", "summary", "get_cost")
+        tools = ("find_stragglers", "find_stragglers_last_5m", "explain_straggler", "summary", "get_cost")
         lines += ["| events | file GB | RSS start / peak / after MiB | limit MiB | " + " | ".join(
-            f"{t} ms" for t in tools) + " | points ingested |", "|" + "---|" * 9]  # fmt: skip
+            f"{t} ms" for t in tools) + " | points ingested |", "|" + "---|" * 10]  # fmt: skip
         for r in out["rss"]:
-            ms = [str(r["tools"].get(t, {}).get("ms", "-")) for t in tools]
+            ms = [f"{c.get('ms', '-')}{'' if c.get('ok', True) else ' (error)'}"
+                  for c in (r["tools"].get(t, {}) for t in tools)]  # fmt: skip
             lines.append(f"| {r['events']:,} | {gb(r['file_bytes'])} | {r['rss_start_mib']} / "
                          f"{r['rss_peak_mib']} / {r['rss_after_mib']} | {r['limit_mib']} | "
                          f"{' | '.join(ms)} | {r['ingested']:,} |")  # fmt: skip
