@@ -335,6 +335,25 @@ def mcp_calls(address: str, timeout_s: float) -> dict[str, Any]:
     return asyncio.run(go())
 
 
+def untimed_find_stragglers(db: Path, timeout_s: float) -> dict[str, Any]:
+    """find_stragglers in this process with a long query timeout (Echo's tools stop at 10 s): how long the
+    answer takes on this store, and whom it names. Opened as Echo opens it (memory limit, sealed)."""
+    from rankecho.echo.guard.instance import seal
+    from rankecho.echo.mcp.rates import load_rates
+    from rankecho.echo.mcp.tools import Investigation, Limits
+    from rankecho.echo.store.reader import Reader
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        seal(con, MEMORY_LIMIT)
+        inv = Investigation(Reader(con, timeout_s=timeout_s), load_rates(), Limits(timeout_s=timeout_s))
+        t0 = time.perf_counter()
+        found = inv.diagnosis.find_stragglers()
+        ms = round((time.perf_counter() - t0) * 1000)
+    named = [s.get("rank") for s in found.get("stragglers", [])]
+    log(f"    find_stragglers in-process, {timeout_s:g} s timeout: {ms:,} ms, named ranks {named}")
+    return {"ms": ms, "named": named}
+
+
 def rss_of_store(db: Path, tmp: Path, timeout_s: float) -> dict[str, Any]:
     """Echo serving ``db``: RSS after start, peak while the tools run and points arrive, and after."""
     extra = ("--duckdb-memory-limit", MEMORY_LIMIT)
@@ -405,6 +424,8 @@ def run(argv: list[str]) -> dict[str, Any]:
             log(f"rss store: {built['events']:,} events, {built['file_bytes'] / 1e9:.2f} GB, "
                 f"{built['build_s']} s")
             out["rss"].append(built | rss_of_store(db, tmp, args.tool_timeout_s))
+            if not out["rss"][-1]["tools"]["find_stragglers"]["ok"]:
+                out["rss"][-1]["find_stragglers_untimed"] = untimed_find_stragglers(db, args.tool_timeout_s)
             r = out["rss"][-1]
             log(f"rss {events:,}: start {r['rss_start_mib']} MiB, peak {r['rss_peak_mib']} MiB, after "
                 f"{r['rss_after_mib']} MiB (limit {r['limit_mib']} MiB)")  # fmt: skip
