@@ -45,7 +45,9 @@ def test_the_store_stops_growing_once_retention_is_reached(replayed: tuple[dict[
     assert max(rows) == min(rows) <= early[-1]["rows_collectives"] * 1.05  # + part of the cutoff's minute
     used = [p["used_bytes"] for p in steady]
     assert max(used) <= min(used) * 1.25
-    assert max(p["file_bytes"] for p in steady) <= 1.5 * min(p["file_bytes"] for p in steady)
+    # The file keeps freed blocks for reuse: it reaches its high-water mark in the first passes, then stays.
+    files = [p["file_bytes"] for p in steady]
+    assert max(files[2:]) <= 1.1 * max(files[:2])
 
 
 def test_rows_older_than_the_retention_are_gone_and_rollups_remain(
