@@ -13,7 +13,7 @@
 3. **RSS by store size**: stores of ``--rss-events`` events built the same way (no retention), each
    opened by a real ``rankecho serve --duckdb-memory-limit 4GB``; the MCP tools called over HTTP
    (find_stragglers, explain_straggler, summary, get_cost) and a few thousand points ingested while
-   Echo's RSS (``/proc``, its children included) is sampled. Target: RSS under the memory limit.
+   Echo's RSS (``/proc``, its children included) is sampled (bench/_rss.py). Target: RSS under the limit.
 
 ``python -m bench day [--ranks 1024 --sample-s 60 --hours 24 --retention-h 12] [--rss-events 10e6,100e6]``
 """
@@ -21,12 +21,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +33,7 @@ from typing import Any
 
 import duckdb
 
+from bench._rss import MEMORY_LIMIT, rss_of_store, untimed_find_stragglers
 from bench.fleet import TOKEN, generate
 from rankecho.echo.store.migrate import migrate
 from rankecho.echo.store.retention import Retention, RetentionPolicy
@@ -51,8 +50,6 @@ TIME_COLUMNS = {
 STORED_IDS = {"collectives": "event_id_sent", "host_activity": "event_id_sent", "events_generic": "event_id"}
 ONCE_ONLY = ("rankecho.nccl.comm_init", "rankecho.nccl.comm_destroy")
 """Points a job sends once per communicator: only the first copy replays them."""
-MEMORY_LIMIT = "4GB"
-MEMORY_LIMIT_BYTES = 4 * 1000**3
 TARGET_DAY_BYTES = 20 * 1000**3
 ECHO_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "checkpoint_threshold": "256MB",
@@ -279,120 +276,6 @@ def build_store(path: Path, sample: Path, events: int, batch: int) -> dict[str, 
                                  "build_s": round(time.monotonic() - t0)}  # fmt: skip
     con.close()
     return out
-
-
-def rss_kib(pid: int) -> tuple[int, int]:
-    """(VmRSS of ``pid`` plus its children's, VmHWM of ``pid``) in KiB; (0, 0) once it is gone."""
-    def field(p: int, name: str) -> int:
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith(name + ":"):
-                    return int(line.split()[1])
-        except (OSError, ValueError):
-            pass
-        return 0
-
-    try:
-        kids = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        kids = []
-    return field(pid, "VmRSS") + sum(field(c, "VmRSS") for c in kids), field(pid, "VmHWM")
-
-
-class Sampler(threading.Thread):
-    """Echo's RSS every ``every_s`` until stopped: the peak and the series."""
-
-    def __init__(self, pid: int, every_s: float = 0.2) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.every_s, self.peak_kib, self.samples = pid, every_s, 0, 0
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        while not self.halt.wait(self.every_s):
-            rss, _ = rss_kib(self.pid)
-            self.peak_kib, self.samples = max(self.peak_kib, rss), self.samples + 1
-
-
-def mcp_calls(address: str, timeout_s: float) -> dict[str, Any]:
-    """The investigation an agent starts with, over MCP/HTTP: tool -> (ms, ok)."""
-    import httpx2
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
-    async def go() -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        client = create_mcp_http_client({"Authorization": f"Bearer {TOKEN}"}, httpx2.Timeout(timeout_s))
-        async with client, streamable_http_client(f"http://{address}/mcp", http_client=client) as (r, w), \
-                ClientSession(r, w) as session:  # fmt: skip
-            await session.initialize()
-
-            async def call(name: str, args: dict[str, Any], key: str = "") -> dict[str, Any] | None:
-                t0 = time.perf_counter()
-                res = await session.call_tool(f"fleet.cluster.{name}", args)
-                ms = round((time.perf_counter() - t0) * 1000)
-                text = "" if not res.is_error else " ".join(getattr(c, "text", "") for c in res.content)
-                out[key or name] = {"ms": ms, "ok": not res.is_error, "error": text[:300] or None}
-                log(f"    {key or name}: {ms:,} ms{f' (error: {text[:200]})' if text else ''}")
-                return None if res.is_error else res.structured_content
-
-            found = await call("find_stragglers", {}) or {}
-            last5 = await call("find_stragglers", {"window": "last 5m"}, "find_stragglers_last_5m") or {}
-            top = (found.get("stragglers") or last5.get("stragglers") or [None])[0]
-            if top and top.get("episodes"):
-                ep = top["episodes"][-1]
-                await call("explain_straggler", {"node_id": top["node_id"], "rank": top["rank"],
-                                                 "causal_chain_id": ep.get("causal_chain_id")})  # fmt: skip
-            out["named"] = [s.get("rank") for s in (found or last5).get("stragglers", [])]
-            await call("summary", {})
-            await call("get_cost", {})
-        return out
-
-    return asyncio.run(go())
-
-
-def untimed_find_stragglers(db: Path, timeout_s: float) -> dict[str, Any]:
-    """find_stragglers in this process with a long query timeout (Echo's tools stop at 10 s): how long the
-    answer takes on this store, and whom it names. Opened as Echo opens it (memory limit, sealed)."""
-    from rankecho.echo.guard.instance import seal
-    from rankecho.echo.mcp.rates import load_rates
-    from rankecho.echo.mcp.tools import Investigation, Limits
-    from rankecho.echo.store.reader import Reader
-
-    with duckdb.connect(str(db), read_only=True) as con:
-        seal(con, MEMORY_LIMIT)
-        inv = Investigation(Reader(con, timeout_s=timeout_s), load_rates(), Limits(timeout_s=timeout_s))
-        t0 = time.perf_counter()
-        found = inv.diagnosis.find_stragglers()
-        ms = round((time.perf_counter() - t0) * 1000)
-    named = [s.get("rank") for s in found.get("stragglers", [])]
-    log(f"    find_stragglers in-process, {timeout_s:g} s timeout: {ms:,} ms, named ranks {named}")
-    return {"ms": ms, "named": named}
-
-
-def rss_of_store(db: Path, tmp: Path, timeout_s: float) -> dict[str, Any]:
-    """Echo serving ``db``: RSS after start, peak while the tools run and points arrive, and after."""
-    extra = ("--duckdb-memory-limit", MEMORY_LIMIT)
-    with EchoProcess(db, TOKEN, extra_args=extra, log=tmp / f"{db.stem}.echo.log") as echo:
-        assert echo.proc is not None
-        pid = echo.proc.pid
-        start_kib = rss_kib(pid)[0]
-        sampler = Sampler(pid)
-        sampler.start()
-        tools = mcp_calls(str(echo.listening["mcp_http"]), timeout_s)
-        tools_kib, sampler.peak_kib = sampler.peak_kib, 0
-        ingest = generate(echo, 64, 1000.0, 10, "max", tmp / "rss.stress.log", stragglers=0)
-        time.sleep(5)  # idle: what stays resident
-        after_kib, hwm_kib = rss_kib(pid)
-        sampler.halt.set()
-        sampler.join()
-    mib = 1024
-    peak = max(tools_kib, sampler.peak_kib, hwm_kib)
-    return {"rss_start_mib": start_kib // mib, "rss_peak_mib": peak // mib, "rss_after_mib": after_kib // mib,
-            "rss_peak_tools_mib": tools_kib // mib, "rss_peak_ingest_mib": sampler.peak_kib // mib,
-            "vmhwm_mib": hwm_kib // mib, "limit_mib": MEMORY_LIMIT_BYTES // 2**20,
-            "under_limit": peak * 1024 < MEMORY_LIMIT_BYTES, "samples": sampler.samples, "tools": tools,
-            "ingested": ingest["acked"], "ingest_failed": ingest["failed"]}  # fmt: skip
 
 
 def run(argv: list[str]) -> dict[str, Any]:
