@@ -111,7 +111,12 @@ def untimed_find_stragglers(db: Path, timeout_s: float) -> dict[str, Any]:
         seal(con, MEMORY_LIMIT)
         inv = Investigation(Reader(con, timeout_s=timeout_s), load_rates(), Limits(timeout_s=timeout_s))
         t0 = time.perf_counter()
-        found = inv.diagnosis.find_stragglers()
+        try:
+            found = inv.diagnosis.find_stragglers()
+        except Exception as exc:  # e.g. out of memory under the 4GB limit: that is the answer
+            ms = round((time.perf_counter() - t0) * 1000)
+            log(f"    find_stragglers in-process failed after {ms:,} ms: {str(exc)[:200]}")
+            return {"ms": ms, "error": str(exc)[:300]}
         ms = round((time.perf_counter() - t0) * 1000)
     named = [s.get("rank") for s in found.get("stragglers", [])]
     log(f"    find_stragglers in-process, {timeout_s:g} s timeout: {ms:,} ms, named ranks {named}")

@@ -322,12 +322,12 @@ def run(argv: list[str]) -> dict[str, Any]:
             built = build_store(db, sample, events, args.batch)
             log(f"rss store: {built['events']:,} events, {built['file_bytes'] / 1e9:.2f} GB, "
                 f"{built['build_s']} s")
-            out["rss"].append(built | rss_of_store(db, tmp, args.tool_timeout_s))
-            if not out["rss"][-1]["tools"]["find_stragglers"]["ok"]:
-                out["rss"][-1]["find_stragglers_untimed"] = untimed_find_stragglers(db, args.tool_timeout_s)
-            r = out["rss"][-1]
-            log(f"rss {events:,}: start {r['rss_start_mib']} MiB, peak {r['rss_peak_mib']} MiB, after "
+            out["rss"].append(r := built | rss_of_store(db, tmp, args.tool_timeout_s))
+            log(f"rss {events:,}: start {r['rss_start_mib']} MiB, peak {r['rss_peak_mib']} MiB (tools "
+                f"{r['rss_peak_tools_mib']}, ingest {r['rss_peak_ingest_mib']}), after "
                 f"{r['rss_after_mib']} MiB (limit {r['limit_mib']} MiB)")  # fmt: skip
+            if not r["tools"]["find_stragglers"]["ok"]:
+                r["find_stragglers_untimed"] = untimed_find_stragglers(db, args.tool_timeout_s)
             for f in tmp.glob(f"{db.name}*"):
                 f.unlink()
     finally:
