@@ -24,6 +24,8 @@ from rankecho.launch.echo import EchoProcess
 MEMORY_LIMIT = "4GB"
 MEMORY_LIMIT_BYTES = 4 * 1000**3
 """DuckDB's GB is 10^9 bytes (3,815 MiB)."""
+SPILL_CAP = "4GB"
+"""Most the in-process find_stragglers may spill to disk."""
 
 
 def log(msg: str) -> None:
@@ -108,6 +110,9 @@ def untimed_find_stragglers(db: Path, timeout_s: float) -> dict[str, Any]:
     from rankecho.echo.store.reader import Reader
 
     with duckdb.connect(str(db), read_only=True) as con:
+        # Echo's store instance sets no spill cap (DuckDB's default: 90% of the free disk); at 100M events
+        # this call, unbounded by Echo's 10 s, spilled until the disk was full. Capped here.
+        con.execute(f"SET max_temp_directory_size = '{SPILL_CAP}'")
         seal(con, MEMORY_LIMIT)
         inv = Investigation(Reader(con, timeout_s=timeout_s), load_rates(), Limits(timeout_s=timeout_s))
         t0 = time.perf_counter()
