@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -291,8 +292,10 @@ def run(argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--rss-events", default="10e6,100e6", help="store sizes for the RSS curve ('': skip)")
     parser.add_argument("--tool-timeout-s", type=float, default=600.0)
     parser.add_argument("--points", type=Path, help="append each day point here as a JSON line")
-    parser.add_argument("--work", type=Path, default=Path(os.environ.get("BENCH_DAY_DIR", "/work/tmp")),
-                        help="where the stores go (tens of GB); removed afterwards")  # fmt: skip
+    work = os.environ.get("BENCH_DAY_DIR", tempfile.gettempdir())
+    parser.add_argument("--work", type=Path, default=Path(work),
+                        help="where the stores go (up to ~10 GB with the defaults; removed afterwards); "
+                        "default $BENCH_DAY_DIR, else the system's temp directory")  # fmt: skip
     args, _ = parser.parse_known_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     tmp = args.work / f"bench-day-{os.getpid()}"
