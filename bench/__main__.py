@@ -31,12 +31,19 @@ def discover() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    # -h after benchmark names is that benchmark's help (``python -m bench day --help``), else this one's.
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__, add_help=False)
+    parser.add_argument("-h", "--help", action="store_true", help="this help, or the named benchmark's")
     parser.add_argument("names", nargs="*", help=f"benchmarks to run (default: all of {discover()})")
     parser.add_argument("--json", type=Path, help="also write all results and their provenance to this file")
     parser.add_argument("--markdown", type=Path, help="rewrite the generated section of this page")
     parser.add_argument("--render", type=Path, metavar="JSON", help="render a saved --json file, run nothing")
     args, rest = parser.parse_known_args(argv)
+    if args.help and not args.names:
+        parser.print_help()
+        return 0
+    if args.help:
+        rest = ["--help", *rest]
     if args.render:
         if not args.markdown:
             parser.error("--render needs --markdown PAGE (e.g. docs/benchmarks.md)")
