@@ -40,6 +40,9 @@ from rankecho.echo.store.migrate import migrate
 from rankecho.echo.store.retention import Retention, RetentionPolicy
 from rankecho.launch.echo import EchoProcess
 
+ON_REQUEST = True
+"""Not in ``make bench``'s default set: with its defaults it takes 35-60 min and up to ~10 GB of disk here;
+``python -m bench day`` runs it."""
 NS = 1_000_000_000
 TABLES = ("collectives", "host_activity", "events_generic")
 """The raw tables one replayed copy appends to (``attr_sets`` and ``stacks`` are written once: ids repeat)."""
