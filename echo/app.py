@@ -66,7 +66,9 @@ def connect_address(host: str, port: int) -> str:
     return str(HostPort(host, port))
 
 
-def open_store(db_path: Path, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+def open_store(
+    db_path: Path, memory_limit: str | None = None, spill_limit: str | None = None
+) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) and migrate the store; the caller must hold its :class:`StoreLock` and
     have checked the path (:func:`check_store_path`: its directory exists, it is no other kind of file)."""
     if db_path.exists() and db_path.stat().st_nlink > 1:
@@ -88,8 +90,9 @@ def open_store(db_path: Path, memory_limit: str | None = None) -> duckdb.DuckDBP
     # close() must not checkpoint on its own: on a full disk that invalidates the database and grows
     # the file; Echo checkpoints explicitly, only when there is room (Writer.checkpoint).
     con.execute("PRAGMA disable_checkpoint_on_shutdown")
-    seal(con, memory_limit)  # no files/URLs/extensions, settings locked, from here on
-    log.info("store %s at schema v%d, memory_limit %s", db_path, version, duckdb_setting(con, "memory_limit"))
+    seal(con, memory_limit, spill_limit)  # no files/URLs/extensions, settings locked, from here on
+    log.info("store %s at schema v%d, memory_limit %s, max_temp_directory_size %s", db_path, version,
+             duckdb_setting(con, "memory_limit"), duckdb_setting(con, "max_temp_directory_size"))
     return con
 
 
@@ -142,7 +145,7 @@ class Echo:
         ours = [p for p in (*created, lock_path(real)) if not p.exists()]
         self._lock.acquire()
         try:
-            con = open_store(self._lock.real_path, s.duckdb_memory_limit)
+            con = open_store(self._lock.real_path, s.duckdb_memory_limit, s.max_spill_size)
             self._lock.cover()  # a store created just now: lock its inode too (hard links)
             writer = Writer(con.cursor(), self.stats, s.queue_rows, s.batch_rows, s.retry_after_s,
                             self._lock.real_path, s.checkpoint_every_s)  # fmt: skip

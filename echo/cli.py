@@ -14,6 +14,7 @@ from rankecho.echo.settings import (
     ANALYSIS_MEMORY_LIMIT,
     DEFAULT_MEMORY_LIMIT,
     DEFAULT_ROLLUP_RETENTION,
+    DEFAULT_SPILL_LIMIT,
     QUERY_MEMORY_LIMIT,
 )
 from rankecho.helpfmt import DeprecatedAlias, examples
@@ -147,6 +148,14 @@ def add_serve(subparsers: Any) -> None:
         metavar="SIZE",
         help="DuckDB memory limit for the store, writer and queries together (e.g. 4GB, 512MiB; "
         f"default: {DEFAULT_MEMORY_LIMIT}; DuckDB's own default would be 80%% of RAM)",
+    )
+    p.add_argument(
+        "--max-spill-size",
+        default=DEFAULT_SPILL_LIMIT,
+        metavar="SIZE",
+        help="most disk a query may spill to beside --db (e.g. 10GB, 500MB; default: "
+        f"{DEFAULT_SPILL_LIMIT}): past it the query fails instead of filling the store's disk; DuckDB's own "
+        "default would be 90%% of the free disk",
     )
     p.add_argument(
         "--analysis-memory-limit",

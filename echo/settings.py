@@ -21,6 +21,10 @@ MCP_TOKEN_ENV = "RANKECHO_MCP_TOKEN"
 GPU_RATES_ENV = "RANKECHO_GPU_RATES"
 DEFAULT_MEMORY_LIMIT = "4GB"
 """DuckDB's own default is 80% of the machine's RAM, far too much for a service sharing a node."""
+DEFAULT_SPILL_LIMIT = "10GB"
+"""Most disk a query may spill to (DuckDB's ``max_temp_directory_size``); DuckDB's own default is 90% of
+the free disk, which a whole-store query of a big store fills (measured: bench/day.py at 100M events),
+taking the space the store and its write-ahead log need with it."""
 QUERY_MEMORY_LIMIT = "2GB"
 ANALYSIS_MEMORY_LIMIT = "1GB"
 """For the offline readers (``rankecho query``, ``rankecho mcp``), which run beside other work."""
@@ -110,6 +114,9 @@ class Settings:
     """Seconds an HTTP connection may sit idle (before a request, between requests, or mid-body)."""
     duckdb_memory_limit: str = DEFAULT_MEMORY_LIMIT
     """DuckDB's ``memory_limit`` for the store instance (writer and readers together), e.g. ``4GB``."""
+    max_spill_size: str = DEFAULT_SPILL_LIMIT
+    """DuckDB's ``max_temp_directory_size`` for the store instance: past it a query fails (out of
+    memory) instead of filling the store's disk."""
     analysis_memory_limit: str = ANALYSIS_MEMORY_LIMIT
     """Most memory (RSS) one analysis worker may use for callers' SQL (``run_analysis``), e.g. ``1GB``;
     past it the worker is killed and the query refused. Echo's own process never holds that memory."""
@@ -157,6 +164,7 @@ class Settings:
             raise SettingsError("decode_threads, http_max_connections and http_idle_timeout_s must be >= 1")
         memory_limit_bytes(self.duckdb_memory_limit, "--duckdb-memory-limit")
         memory_limit_bytes(self.analysis_memory_limit, "--analysis-memory-limit")
+        memory_limit_bytes(self.max_spill_size, "--max-spill-size")
         if self.analysis_workers < 1:
             raise SettingsError("--analysis-workers must be at least 1")
         if self.retention_s is not None and self.retention_s < MIN_RETENTION_S:
@@ -257,6 +265,7 @@ def settings_from_args(args: Any, env: Mapping[str, str] = os.environ) -> Settin
         max_message_bytes=args.max_message_bytes,
         queue_rows=args.queue_rows,
         duckdb_memory_limit=args.duckdb_memory_limit,
+        max_spill_size=getattr(args, "max_spill_size", DEFAULT_SPILL_LIMIT),
         analysis_memory_limit=args.analysis_memory_limit,
         analysis_workers=args.analysis_workers,
         mcp_token=read_token(args.mcp_token_file, env, MCP_TOKEN_ENV, "--mcp-token-file"),

@@ -24,7 +24,7 @@ def test_flags_reach_the_settings(tmp_path: Path) -> None:
     s = parse(
         "--db", str(tmp_path / "e.db"), "--otlp-grpc", ":0", "--otlp-http", "[::1]:4318", "--mcp-http", "",
         "--token-file", str(token_file), "--max-message-bytes", "2048", "--queue-rows", "7",
-        "--duckdb-memory-limit", "512MiB", env={"RANKECHO_TOKEN": "from-env"},
+        "--duckdb-memory-limit", "512MiB", "--max-spill-size", "2GB", env={"RANKECHO_TOKEN": "from-env"},
     )  # fmt: skip
     assert (s.token, s.otlp_grpc, s.otlp_http, s.mcp_http) == (
         "from-file",
@@ -33,10 +33,11 @@ def test_flags_reach_the_settings(tmp_path: Path) -> None:
         None,
     )
     assert (s.max_message_bytes, s.queue_rows, s.insecure_no_auth) == (2048, 7, False)
-    assert s.duckdb_memory_limit == "512MiB"
+    assert (s.duckdb_memory_limit, s.max_spill_size) == ("512MiB", "2GB")
     assert str(s.otlp_http) == "[::1]:4318"
     defaults = parse("--db", "x.db", env={"RANKECHO_TOKEN": "from-env"})
     assert (defaults.token, defaults.duckdb_memory_limit) == ("from-env", "4GB")
+    assert defaults.max_spill_size == "10GB"
     assert (defaults.mcp_token, defaults.mcp_bearer, defaults.gpu_rates) == (None, "from-env", None)
 
 
@@ -67,6 +68,7 @@ def test_mcp_token_and_gpu_rates_flags_beat_the_environment(tmp_path: Path) -> N
         (("--duckdb-memory-limit", "4"), {"RANKECHO_TOKEN": "t"}, "e.g. 4GB or 512MiB"),
         (("--duckdb-memory-limit", "lots"), {"RANKECHO_TOKEN": "t"}, "--duckdb-memory-limit 'lots'"),
         (("--duckdb-memory-limit", "10MB"), {"RANKECHO_TOKEN": "t"}, "at least 64MiB"),
+        (("--max-spill-size", "lots"), {"RANKECHO_TOKEN": "t"}, "--max-spill-size 'lots'"),
     ],
 )
 def test_bad_configuration_names_the_fix(argv: tuple[str, ...], env: dict[str, str], message: str) -> None:
@@ -91,3 +93,19 @@ def test_duckdb_memory_limit_is_set_on_the_store(tmp_path: Path, limit: str, sho
 def test_in_process_echo_defaults_to_4gb_not_most_of_the_ram(tmp_path: Path) -> None:
     with Echo(local_settings(tmp_path / "e.db")) as echo:
         assert echo.duckdb_setting("memory_limit") == "3.7 GiB"
+
+
+def test_a_query_past_the_spill_limit_fails_instead_of_filling_the_disk(tmp_path: Path) -> None:
+    """DuckDB's own spill limit is 90% of the free disk: a whole-store query of a big store filled this
+    machine's disk that way (bench/day.py, 100M events). Echo caps it (--max-spill-size), locked like the
+    memory limit, and a query that needs more fails with an error that names the setting."""
+    settings = local_settings(tmp_path / "e.db", duckdb_memory_limit="64MiB", max_spill_size="64MiB")
+    with Echo(settings) as echo:
+        assert echo.duckdb_setting("max_temp_directory_size") == "64.0 MiB"
+        big_sort = ("SELECT count(*) FROM (SELECT md5(i::VARCHAR) || md5((i + 1)::VARCHAR) AS s "
+                    "FROM range(9000000) t(i) ORDER BY s)")  # fmt: skip
+        with pytest.raises(Exception, match="max_temp_directory_size"):
+            echo.reader.query(big_sort)
+        assert echo.reader.query("SELECT count(*) FROM events").rows == [(0,)]  # and Echo goes on
+    with Echo(local_settings(tmp_path / "d.db")) as echo:
+        assert echo.duckdb_setting("max_temp_directory_size") == "9.3 GiB"  # the default, 10GB

@@ -19,10 +19,15 @@ from pathlib import Path
 import duckdb
 
 
-def seal(con: duckdb.DuckDBPyConnection, memory_limit: str | None = None) -> None:
-    """Set the memory limit (when given), disable external access, then lock the configuration."""
+def seal(
+    con: duckdb.DuckDBPyConnection, memory_limit: str | None = None, spill_limit: str | None = None
+) -> None:
+    """Set the memory and spill limits (when given), disable external access, then lock the
+    configuration."""
     if memory_limit:
         con.execute("SET memory_limit = ?", [memory_limit])
+    if spill_limit:
+        con.execute("SET max_temp_directory_size = ?", [spill_limit])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
 
