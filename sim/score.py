@@ -195,9 +195,9 @@ def spilled_ranks(truth: dict[str, Any], diagnosis: dict[str, Any]) -> set[str]:
     struck = {s["step"] for s in truth["per_step"] for r in s["ranks"] if r["cause"]}
     out = set()
     for straggler in diagnosis["stragglers"]:
-        if straggler["cluster_id"] != truth["cluster_id"] or straggler["kind"] != "rank":
+        if straggler["kind"] != "rank":
             continue
-        named = predictions_from(truth, {**diagnosis, "stragglers": [straggler]})
+        named = predictions_from(truth, {**diagnosis, "stragglers": [straggler]})  # [] for another cluster
         if named and all(
             step in struck and late.get((step, rank), (0.0, None))[0] >= NEUTRAL_FROM * threshold
             for step, rank, _ in named

@@ -213,8 +213,12 @@ def test_a_rank_late_only_at_a_faults_steps_is_load_the_fault_spilled_not_named_
 
     assert spilled_ranks(truth, rank_named(3, 3)) == {"rank 3"}
     assert spilled_ranks(truth, rank_named(3, 3, 9)) == set()  # on time at step 9
-    assert spilled_ranks(truth, rank_named(3, 6)) == set()  # a fault's step, but rank 3 was on time there
+    assert spilled_ranks(truth, rank_named(3, 6, late_ms=0.0)) == set()  # a fault's step, rank 3 on time
     assert spilled_ranks(truth, rank_named(0, 9, late_ms=30.0)) == set()  # late, but no fault at step 9
     assert spilled_ranks(truth, rank_named(3)) == set()  # no episode: nothing to excuse
+    node = rank_named(3, 3)
+    node["stragglers"][0].update(kind="node", rank=None, episodes=[{**node["stragglers"][0]["episodes"][0],
+                                                                     "ranks": [3]}])  # fmt: skip
+    assert spilled_ranks(truth, node) == set()  # a node is spilled_nodes' to judge
     other = {**rank_named(3, 3), "stragglers": [{**rank_named(3, 3)["stragglers"][0], "cluster_id": "x"}]}
     assert spilled_ranks(truth, other) == set()  # another cluster's rank 3
