@@ -1,7 +1,8 @@
 """Echo's resident memory while it serves a store: the RSS half of ``python -m bench day`` (not a benchmark
 of its own; bench/day.py builds the stores and calls :func:`rss_of_store`).
 
-A real ``rankecho serve --duckdb-memory-limit 4GB`` opens the store; the tools an agent starts an
+A real ``rankecho serve`` opens the store, once per arm of :data:`ARMS` (the limit given to DuckDB alone,
+and the same size given as Echo's whole budget with ``--memory-limit``); the tools an agent starts an
 investigation with are called over MCP/HTTP (find_stragglers over all data and over the last 5 minutes,
 explain_straggler of the top straggler's latest episode, summary, get_cost), then a 64-rank job sends
 10 s of points, while a thread samples VmRSS of Echo and its children from ``/proc`` every 0.2 s.
@@ -24,6 +25,9 @@ from rankecho.launch.echo import EchoProcess
 MEMORY_LIMIT = "4GB"
 MEMORY_LIMIT_BYTES = 4 * 1000**3
 """DuckDB's GB is 10^9 bytes (3,815 MiB)."""
+ARMS = ("--duckdb-memory-limit", "--memory-limit")
+"""The flag that carries :data:`MEMORY_LIMIT`, per arm: DuckDB's buffer pool only (RSS runs ~0.5 GB over
+it), or Echo's process budget (DuckDB gets the budget less Echo's own share)."""
 SPILL_CAP = "4GB"
 """Most the in-process find_stragglers may spill to disk."""
 
@@ -128,9 +132,10 @@ def untimed_find_stragglers(db: Path, timeout_s: float) -> dict[str, Any]:
     return {"ms": ms, "named": named}
 
 
-def rss_of_store(db: Path, tmp: Path, timeout_s: float) -> dict[str, Any]:
-    """Echo serving ``db``: RSS after start, peak while the tools run and points arrive, and after."""
-    extra = ("--duckdb-memory-limit", MEMORY_LIMIT)
+def rss_of_store(db: Path, tmp: Path, timeout_s: float, flag: str = ARMS[0]) -> dict[str, Any]:
+    """Echo serving ``db`` with ``flag MEMORY_LIMIT``: RSS after start, peak while the tools run and
+    points arrive, and after."""
+    extra = (flag, MEMORY_LIMIT)
     with EchoProcess(db, TOKEN, extra_args=extra, log=tmp / f"{db.stem}.echo.log") as echo:
         assert echo.proc is not None
         pid = echo.proc.pid
@@ -146,7 +151,8 @@ def rss_of_store(db: Path, tmp: Path, timeout_s: float) -> dict[str, Any]:
         sampler.join()
     mib = 1024
     peak = max(tools_kib, sampler.peak_kib, hwm_kib)
-    return {"rss_start_mib": start_kib // mib, "rss_peak_mib": peak // mib, "rss_after_mib": after_kib // mib,
+    return {"flag": flag, "rss_start_mib": start_kib // mib, "rss_peak_mib": peak // mib,
+            "rss_after_mib": after_kib // mib,
             "rss_peak_tools_mib": tools_kib // mib, "rss_peak_ingest_mib": sampler.peak_kib // mib,
             "vmhwm_mib": hwm_kib // mib, "limit_mib": MEMORY_LIMIT_BYTES // 2**20,
             "under_limit": peak * 1024 < MEMORY_LIMIT_BYTES, "samples": sampler.samples, "tools": tools,

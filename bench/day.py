@@ -11,7 +11,8 @@
    connection, Echo's clock = the simulated one), then CHECKPOINT; recorded: file and used bytes, free
    blocks, rows per table, rollup rows, the longest step. Target: <= 20 GB, flat once retention is reached.
 3. **RSS by store size**: stores of ``--rss-events`` events built the same way (no retention), each
-   opened by a real ``rankecho serve --duckdb-memory-limit 4GB``; the MCP tools called over HTTP
+   opened by a real ``rankecho serve`` with ``--duckdb-memory-limit 4GB``, then with ``--memory-limit 4GB``
+   (Echo's whole budget); the MCP tools called over HTTP
    (find_stragglers, explain_straggler, summary, get_cost) and a few thousand points ingested while
    Echo's RSS (``/proc``, its children included) is sampled (bench/_rss.py). Target: RSS under the limit.
 
@@ -34,7 +35,7 @@ from typing import Any
 
 import duckdb
 
-from bench._rss import MEMORY_LIMIT, rss_of_store, untimed_find_stragglers
+from bench._rss import ARMS, MEMORY_LIMIT, rss_of_store, untimed_find_stragglers
 from bench.fleet import TOKEN, generate
 from rankecho.echo.store.migrate import migrate
 from rankecho.echo.store.retention import Retention, RetentionPolicy
@@ -328,10 +329,12 @@ def run(argv: list[str]) -> dict[str, Any]:
             built = build_store(db, sample, events, args.batch)
             log(f"rss store: {built['events']:,} events, {built['file_bytes'] / 1e9:.2f} GB, "
                 f"{built['build_s']} s")
-            out["rss"].append(r := built | rss_of_store(db, tmp, args.tool_timeout_s))
-            log(f"rss {events:,}: start {r['rss_start_mib']} MiB, peak {r['rss_peak_mib']} MiB (tools "
-                f"{r['rss_peak_tools_mib']}, ingest {r['rss_peak_ingest_mib']}), after "
-                f"{r['rss_after_mib']} MiB (limit {r['limit_mib']} MiB)")  # fmt: skip
+            for flag in ARMS:  # the same store, each limit flag in turn (the ingest adds ~4k points)
+                out["rss"].append(r := built | rss_of_store(db, tmp, args.tool_timeout_s, flag))
+                log(f"rss {events:,}, {flag} {MEMORY_LIMIT}: start {r['rss_start_mib']} MiB, peak "
+                    f"{r['rss_peak_mib']} MiB (tools {r['rss_peak_tools_mib']}, ingest "
+                    f"{r['rss_peak_ingest_mib']}), after {r['rss_after_mib']} MiB "
+                    f"(limit {r['limit_mib']} MiB)")
             if not r["tools"]["find_stragglers"]["ok"]:
                 r["find_stragglers_untimed"] = untimed_find_stragglers(db, args.tool_timeout_s)
             for f in tmp.glob(f"{db.name}*"):
@@ -368,12 +371,13 @@ def report(out: dict[str, Any]) -> str:
         lines.append("")
     if out.get("rss"):
         tools = ("find_stragglers", "find_stragglers_last_5m", "explain_straggler", "summary", "get_cost")
-        lines += ["| events | file GB | RSS start / peak / after MiB | limit MiB | " + " | ".join(
-            f"{t} ms" for t in tools) + " | points ingested |", "|" + "---|" * 10]  # fmt: skip
+        lines += ["| events | file GB | limit | RSS start / peak / after MiB | limit MiB | " + " | ".join(
+            f"{t} ms" for t in tools) + " | points ingested |", "|" + "---|" * 11]  # fmt: skip
         for r in out["rss"]:
             ms = [f"{c.get('ms', '-')}{'' if c.get('ok', True) else ' (error)'}"
                   for c in (r["tools"].get(t, {}) for t in tools)]  # fmt: skip
-            lines.append(f"| {r['events']:,} | {gb(r['file_bytes'])} | {r['rss_start_mib']} / "
+            lines.append(f"| {r['events']:,} | {gb(r['file_bytes'])} | `{r['flag']} {MEMORY_LIMIT}` | "
+                         f"{r['rss_start_mib']} / "
                          f"{r['rss_peak_mib']} / {r['rss_after_mib']} | {r['limit_mib']} | "
                          f"{' | '.join(ms)} | {r['ingested']:,} |")  # fmt: skip
     return "\n".join(lines)

@@ -145,7 +145,7 @@ class Echo:
         ours = [p for p in (*created, lock_path(real)) if not p.exists()]
         self._lock.acquire()
         try:
-            con = open_store(self._lock.real_path, s.duckdb_memory_limit, s.max_spill_size)
+            con = open_store(self._lock.real_path, s.store_memory_limit, s.max_spill_size)
             self._lock.cover()  # a store created just now: lock its inode too (hard links)
             writer = Writer(con.cursor(), self.stats, s.queue_rows, s.batch_rows, s.retry_after_s,
                             self._lock.real_path, s.checkpoint_every_s)  # fmt: skip

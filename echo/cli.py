@@ -15,6 +15,8 @@ from rankecho.echo.settings import (
     DEFAULT_MEMORY_LIMIT,
     DEFAULT_ROLLUP_RETENTION,
     DEFAULT_SPILL_LIMIT,
+    ECHO_OWN_MEMORY_BYTES,
+    ECHO_OWN_MEMORY_SHARE,
     QUERY_MEMORY_LIMIT,
 )
 from rankecho.helpfmt import DeprecatedAlias, examples
@@ -143,11 +145,18 @@ def add_serve(subparsers: Any) -> None:
         "echo/mcp/gpu_rates.yaml)",
     )
     p.add_argument(
+        "--memory-limit",
+        metavar="SIZE",
+        help="Echo's own memory budget (RSS, e.g. 4GB; the pod's limit less the analysis workers'): DuckDB "
+        f"gets it less {ECHO_OWN_MEMORY_BYTES // 2**20}MiB and {round(ECHO_OWN_MEMORY_SHARE * 100)}%% for "
+        "Echo's own memory (default: no budget, DuckDB gets --duckdb-memory-limit)",
+    )
+    p.add_argument(
         "--duckdb-memory-limit",
-        default=DEFAULT_MEMORY_LIMIT,
         metavar="SIZE",
         help="DuckDB memory limit for the store, writer and queries together (e.g. 4GB, 512MiB; "
-        f"default: {DEFAULT_MEMORY_LIMIT}; DuckDB's own default would be 80%% of RAM)",
+        f"default: {DEFAULT_MEMORY_LIMIT}, or the share of --memory-limit; DuckDB's own default would be "
+        "80%% of RAM). Echo's RSS runs up to ~0.5 GB above it: to bound the process, use --memory-limit",
     )
     p.add_argument(
         "--max-spill-size",

@@ -8,6 +8,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -25,6 +26,14 @@ DEFAULT_SPILL_LIMIT = "10GB"
 """Most disk a query may spill to (DuckDB's ``max_temp_directory_size``); DuckDB's own default is 90% of
 the free disk, which a whole-store query of a big store fills (measured: bench/day.py at 100M events),
 taking the space the store and its write-ahead log need with it."""
+ECHO_OWN_MEMORY_BYTES = 512 * 2**20
+"""What Echo's process holds outside DuckDB's buffer pool when ``--memory-limit`` sets its budget: Python,
+gRPC and the MCP server (~250 MiB at start) plus tool results and what DuckDB allocates outside its own
+accounting. Measured: RSS peaked 356-469 MiB above ``--duckdb-memory-limit 4GB`` at 10M and 100M
+stored events (docs/benchmarks.md, issue 20's RSS curve)."""
+ECHO_OWN_MEMORY_SHARE = 0.10
+"""The share of ``--memory-limit`` kept back besides :data:`ECHO_OWN_MEMORY_BYTES`: the allocator's
+fragmentation grows with the buffer pool it serves."""
 QUERY_MEMORY_LIMIT = "2GB"
 ANALYSIS_MEMORY_LIMIT = "1GB"
 """For the offline readers (``rankecho query``, ``rankecho mcp``), which run beside other work."""
@@ -112,8 +121,14 @@ class Settings:
     """The writer folds the write-ahead log into the store file this often when idle, so a restart
     replays at most this long's worth of log (and never checkpoints without room on the volume)."""
     """Seconds an HTTP connection may sit idle (before a request, between requests, or mid-body)."""
-    duckdb_memory_limit: str = DEFAULT_MEMORY_LIMIT
-    """DuckDB's ``memory_limit`` for the store instance (writer and readers together), e.g. ``4GB``."""
+    duckdb_memory_limit: str | None = None
+    """DuckDB's ``memory_limit`` for the store instance (writer and readers together), e.g. ``4GB``; None:
+    derived from ``memory_limit`` when that is set, else :data:`DEFAULT_MEMORY_LIMIT` (see
+    :attr:`store_memory_limit`)."""
+    memory_limit: str | None = None
+    """Echo's own process budget (RSS), e.g. ``4GB`` (``--memory-limit``): DuckDB gets it less what Echo
+    holds outside DuckDB (:func:`duckdb_share_bytes`). None: no budget, DuckDB gets
+    ``duckdb_memory_limit``."""
     max_spill_size: str = DEFAULT_SPILL_LIMIT
     """DuckDB's ``max_temp_directory_size`` for the store instance: past it a query fails (out of
     memory) instead of filling the store's disk."""
@@ -162,7 +177,10 @@ class Settings:
             raise SettingsError("--queue-rows must be at least 1")
         if self.decode_threads < 1 or self.http_max_connections < 1 or self.http_idle_timeout_s < 1:
             raise SettingsError("decode_threads, http_max_connections and http_idle_timeout_s must be >= 1")
-        memory_limit_bytes(self.duckdb_memory_limit, "--duckdb-memory-limit")
+        if self.duckdb_memory_limit is not None:
+            memory_limit_bytes(self.duckdb_memory_limit, "--duckdb-memory-limit")
+        if self.memory_limit is not None:
+            self._check_budget(self.memory_limit, self.duckdb_memory_limit)
         memory_limit_bytes(self.analysis_memory_limit, "--analysis-memory-limit")
         memory_limit_bytes(self.max_spill_size, "--max-spill-size")
         if self.analysis_workers < 1:
@@ -173,6 +191,33 @@ class Settings:
             raise SettingsError("--max-db-size must be at least 64MiB (e.g. 200GB, 500MB)")
         if self.rollup_retention_s < MIN_RETENTION_S:
             raise SettingsError(f"--rollup-retention must be at least {MIN_RETENTION_S:g}s, e.g. 90d")
+
+    @staticmethod
+    def _check_budget(budget: str, duckdb_limit: str | None) -> None:
+        """``--memory-limit`` must leave DuckDB at least 64 MiB and an explicit ``--duckdb-memory-limit``
+        must fit inside what the budget leaves DuckDB; the error names the value that fits."""
+        share = duckdb_share_bytes(size_bytes(budget, "--memory-limit"))
+        if share < MIN_MEMORY_BYTES:
+            need = (MIN_MEMORY_BYTES + ECHO_OWN_MEMORY_BYTES) / (1 - ECHO_OWN_MEMORY_SHARE)
+            raise SettingsError(
+                f"--memory-limit {budget!r} leaves DuckDB less than 64MiB after Echo's own memory: "
+                f"give at least {math.ceil(need / 2**20)}MiB"
+            )
+        if duckdb_limit is not None and memory_limit_bytes(duckdb_limit, "--duckdb-memory-limit") > share:
+            raise SettingsError(
+                f"--duckdb-memory-limit {duckdb_limit} does not fit in --memory-limit {budget} beside Echo's "
+                f"own memory: drop it (DuckDB then gets {share // 2**20}MiB) or give at most that"
+            )
+
+    @property
+    def store_memory_limit(self) -> str:
+        """The ``memory_limit`` DuckDB's store instance gets: ``--duckdb-memory-limit`` when given, else
+        the share of ``--memory-limit``, else :data:`DEFAULT_MEMORY_LIMIT`."""
+        if self.duckdb_memory_limit is not None:
+            return self.duckdb_memory_limit
+        if self.memory_limit is not None:
+            return f"{duckdb_share_bytes(size_bytes(self.memory_limit, '--memory-limit')) // 2**20}MiB"
+        return DEFAULT_MEMORY_LIMIT
 
     @property
     def retention_on(self) -> bool:
@@ -195,6 +240,11 @@ class Settings:
         if self.tls_cert is None or self.tls_key is None:
             return None
         return self.tls_cert.read_bytes(), self.tls_key.read_bytes()
+
+
+def duckdb_share_bytes(budget_bytes: int) -> int:
+    """What a process budget of ``budget_bytes`` leaves DuckDB's buffer pool (may be below 64 MiB)."""
+    return int(budget_bytes * (1 - ECHO_OWN_MEMORY_SHARE)) - ECHO_OWN_MEMORY_BYTES
 
 
 def memory_limit_bytes(text: str, flag: str) -> int:
@@ -265,6 +315,7 @@ def settings_from_args(args: Any, env: Mapping[str, str] = os.environ) -> Settin
         max_message_bytes=args.max_message_bytes,
         queue_rows=args.queue_rows,
         duckdb_memory_limit=args.duckdb_memory_limit,
+        memory_limit=getattr(args, "memory_limit", None),
         max_spill_size=getattr(args, "max_spill_size", DEFAULT_SPILL_LIMIT),
         analysis_memory_limit=args.analysis_memory_limit,
         analysis_workers=args.analysis_workers,

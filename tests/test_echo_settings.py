@@ -36,7 +36,8 @@ def test_flags_reach_the_settings(tmp_path: Path) -> None:
     assert (s.duckdb_memory_limit, s.max_spill_size) == ("512MiB", "2GB")
     assert str(s.otlp_http) == "[::1]:4318"
     defaults = parse("--db", "x.db", env={"RANKECHO_TOKEN": "from-env"})
-    assert (defaults.token, defaults.duckdb_memory_limit) == ("from-env", "4GB")
+    assert (defaults.token, defaults.store_memory_limit) == ("from-env", "4GB")
+    assert defaults.memory_limit is None
     assert defaults.max_spill_size == "10GB"
     assert (defaults.mcp_token, defaults.mcp_bearer, defaults.gpu_rates) == (None, "from-env", None)
 
@@ -69,6 +70,10 @@ def test_mcp_token_and_gpu_rates_flags_beat_the_environment(tmp_path: Path) -> N
         (("--duckdb-memory-limit", "lots"), {"RANKECHO_TOKEN": "t"}, "--duckdb-memory-limit 'lots'"),
         (("--duckdb-memory-limit", "10MB"), {"RANKECHO_TOKEN": "t"}, "at least 64MiB"),
         (("--max-spill-size", "lots"), {"RANKECHO_TOKEN": "t"}, "--max-spill-size 'lots'"),
+        (("--memory-limit", "lots"), {"RANKECHO_TOKEN": "t"}, "--memory-limit 'lots'"),
+        (("--memory-limit", "600MiB"), {"RANKECHO_TOKEN": "t"}, "give at least 640MiB"),
+        (("--memory-limit", "2GB", "--duckdb-memory-limit", "2GB"), {"RANKECHO_TOKEN": "t"},
+         "drop it \\(DuckDB then gets 1204MiB\\)"),
     ],
 )
 def test_bad_configuration_names_the_fix(argv: tuple[str, ...], env: dict[str, str], message: str) -> None:
@@ -88,6 +93,28 @@ def test_duckdb_memory_limit_is_set_on_the_store(tmp_path: Path, limit: str, sho
         assert echo.duckdb_setting("memory_limit") == shown  # the owner's connection, not the guarded reader
         got = echo.reader.query("SELECT count(*) FROM events").rows  # queries still run under it
         assert got == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("argv", "store_limit"),
+    [
+        (("--memory-limit", "4GB"), "2921MiB"),  # 4e9 x 0.9 - 512 MiB
+        (("--memory-limit", "640MiB"), "64MiB"),  # the smallest budget: DuckDB's floor
+        (("--memory-limit", "2GB", "--duckdb-memory-limit", "1GB"), "1GB"),  # explicit, and it fits
+        (("--duckdb-memory-limit", "8GB"), "8GB"),  # no budget: DuckDB's limit as given
+    ],
+)
+def test_memory_limit_is_echos_budget_and_duckdb_gets_the_rest(
+    argv: tuple[str, ...], store_limit: str
+) -> None:
+    """``--memory-limit`` bounds Echo's RSS: DuckDB's buffer pool gets the budget less what the process
+    holds outside it (measured ~0.5 GB over ``--duckdb-memory-limit`` at 10M-100M events)."""
+    assert parse("--db", "x.db", *argv, env={"RANKECHO_TOKEN": "t"}).store_memory_limit == store_limit
+
+
+def test_memory_limit_reaches_the_store(tmp_path: Path) -> None:
+    with Echo(local_settings(tmp_path / "e.db", memory_limit="1GB")) as echo:
+        assert echo.duckdb_setting("memory_limit") == "346.0 MiB"  # 1e9 x 0.9 - 512 MiB = 346.3, whole MiB
 
 
 def test_in_process_echo_defaults_to_4gb_not_most_of_the_ram(tmp_path: Path) -> None:
