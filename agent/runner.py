@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from rankecho.agent import check, discovery, probes, pyframes, resource
+from rankecho.agent import check, discovery, probes, pyframe_cache, resource
 from rankecho.agent.clock import ClockConverter, ClockStepFile
 from rankecho.agent.events import ExitRecord, InitRecord, decode
 from rankecho.agent.export import Delivery, Encoded, ExportConfig, Exporter, encode_batch
@@ -228,11 +228,11 @@ class Agent:
 
     def _python_target(self, pid: int) -> None:
         """Give BPF a CPython process's interpreter layout the first time one of its records arrives, so
-        its later stacks carry Python frames (agent/pyframes.py; other processes cost one set lookup)."""
+        its later stacks carry Python frames (agent/pyframe_cache.py; other processes cost one set lookup)."""
         if len(self._py_checked) >= 65_536:
             self._py_checked.clear()
         self._py_checked.add(pid)
-        proc = pyframes.DECODER.register(pid) if self.s.stacks else None
+        proc = pyframe_cache.DECODER.register(pid) if self.s.stacks else None
         if proc is not None and self.bpf is not None:
             self.bpf["py_targets"][ct.c_uint32(pid)] = proc.target()
             log.info("pid %d runs CPython %d.%d: its stacks carry Python frames", pid, *proc.version)
