@@ -22,10 +22,11 @@ from rankecho.agent import check, discovery, probes, pyframe_cache, resource
 from rankecho.agent.clock import ClockConverter, ClockStepFile
 from rankecho.agent.events import ExitRecord, InitRecord, decode
 from rankecho.agent.export import Delivery, Encoded, ExportConfig, Exporter, encode_batch
+from rankecho.agent.gpu_watch import GpuWatch
 from rankecho.agent.heartbeat import BpfThreads, Heartbeat
-from rankecho.agent.identity import ProcessInfo, read_process, thread_group, thread_name
+from rankecho.agent.identity import read_process, thread_group, thread_name
 from rankecho.agent.journal import JOURNAL_NAME, CommJournal
-from rankecho.agent.nvml import Nvml, gpu_for, open_nvml
+from rankecho.agent.nvml import open_nvml
 from rankecho.agent.settings import Settings
 from rankecho.agent.spool import Spool
 from rankecho.agent.stacks import StackKeeper
@@ -60,12 +61,9 @@ class Agent:
         self.exporter = Exporter(
             ExportConfig(s.endpoint, s.token, s.tls, s.ca_file, s.cert_file, s.key_file), self.spool
         )
-        self.nvml: Nvml | None = open_nvml()
+        self.gpus = GpuWatch(open_nvml(), s.gpu_interval_s)
         self.symbols: SymbolClient | None = SymbolClient() if s.stacks else None
         stacks = StackKeeper(self.symbols.resolve, self.symbols.forget) if self.symbols is not None else None
-        self._gpu_slowed: dict[int, bool] = {}
-        self._gpu_points_due = 0.0
-        """When the next GPU gauge points go out (monotonic s); NVML is read every window regardless."""
         self.tracker = Tracker(
             s.node_id,
             self.clock,
@@ -73,8 +71,8 @@ class Agent:
             sink=self._sink,
             thread_name=lambda pid, tid: thread_name(s.proc_root, pid, tid),
             thread_group=lambda tid: thread_group(s.proc_root, tid),
-            throttled=self._throttled,
-            gpu_resource=self._gpu_resource,
+            throttled=self.gpus.throttled,
+            gpu_resource=self.gpus.resource,
             journal=CommJournal(Path(s.spool_dir) / JOURNAL_NAME,
                                 alive=lambda pid: os.path.exists(f"{s.proc_root}/{pid}")),
             raw_interval_ns=s.raw_interval_ns,
@@ -125,41 +123,6 @@ class Agent:
         for i in range(0, len(items), MAX_BATCH):
             batch: Encoded = encode_batch(resources, items[i : i + MAX_BATCH], self.base)
             self.exporter.submit(batch)
-
-    # --- GPUs -----------------------------------------------------------------------------------
-    def _gpu_index(self, info: ProcessInfo) -> int | None:
-        return gpu_for(info.env.local_rank, info.env.visible_devices)
-
-    def _throttled(self, info: ProcessInfo) -> bool:
-        idx = self._gpu_index(info)
-        return idx is not None and self._gpu_slowed.get(idx, False)
-
-    def _gpu_resource(self, info: ProcessInfo) -> dict[str, AttrValue]:
-        idx = self._gpu_index(info)
-        if self.nvml is None or idx is None or idx >= len(self.nvml.models):
-            return {}
-        return {c.GPU_MODEL: self.nvml.models[idx], c.GPU_UUID: self.nvml.uuids[idx], c.GPU_INDEX: idx}
-
-    def sample_gpus(self) -> None:
-        if self.nvml is None:
-            return
-        owners = {self._gpu_index(p.info): p.key for p in self.tracker.procs.values()}
-        now = time.time_ns()
-        send = time.monotonic() >= self._gpu_points_due
-        if send:
-            self._gpu_points_due = time.monotonic() + self.s.gpu_interval_s
-        for g in self.nvml.sample():
-            self._gpu_slowed[g.index] = g.slowed
-            if not send:
-                continue
-            key = owners.get(g.index)
-            attrs: dict[str, AttrValue] = {c.GPU_INDEX: g.index, c.GPU_UUID: g.uuid, c.GPU_MODEL: g.model}
-            for metric, value in (
-                (c.M_GPU_UTIL, g.utilization_pct), (c.M_GPU_MEM_USED, g.memory_used_bytes),
-                (c.M_GPU_SM_CLOCK, g.sm_clock_mhz), (c.M_GPU_TEMP, g.temperature_c),
-                (c.M_GPU_POWER, g.power_w), (c.M_GPU_THROTTLE, g.throttle_reasons),
-            ):
-                self._sink(key, Point(metric, now, value, dict(attrs)))
 
     # --- BPF ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -299,7 +262,7 @@ class Agent:
             if now >= due["window"]:
                 due["window"] = now + s.window_s
                 self.read_windows()
-                self.sample_gpus()
+                self.gpus.sample(self.tracker.procs.values(), self._sink)
             if now >= due["flush"] or len(self.points) >= MAX_BATCH:
                 due["flush"] = now + s.flush_interval_s
                 self.flush()
@@ -336,8 +299,7 @@ class Agent:
                             self.exporter.rejected_why, self.spool.dropped_points, self.spool.points,
                             str(self.spool.dir), str(self.spool.root))
         self.spool.close()
-        if self.nvml is not None:
-            self.nvml.close()
+        self.gpus.close()
         if self.symbols is not None:
             self.symbols.close()
         if self.bpf is not None:
@@ -355,8 +317,7 @@ class Agent:
         must not put a phantom cluster in Echo); the spool keeps whatever it adopted."""
         self.exporter.close(0)
         self.spool.close()
-        if self.nvml is not None:
-            self.nvml.close()
+        self.gpus.close()
         if self.symbols is not None:
             self.symbols.close()
         if self.bpf is not None:
