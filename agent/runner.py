@@ -26,6 +26,7 @@ from rankecho.agent.gpu_watch import GpuWatch
 from rankecho.agent.heartbeat import BpfThreads, Heartbeat
 from rankecho.agent.identity import read_process, thread_group, thread_name
 from rankecho.agent.journal import JOURNAL_NAME, CommJournal
+from rankecho.agent.library_probes import LibraryProbes
 from rankecho.agent.nvml import open_nvml
 from rankecho.agent.settings import Settings
 from rankecho.agent.spool import Spool
@@ -92,8 +93,7 @@ class Agent:
             c.HOST_NAME: socket.gethostname(),
         }
         self.points: list[tuple[ProcKey | None, Point]] = []
-        self.attached: dict[discovery.LibKey, discovery.LibFile] = {}
-        self.explicit: dict[str, set[discovery.LibKey]] = {"nccl": set(), "cuda": set()}
+        self.libs = LibraryProbes(s.proc_root, s.pids)
         self.bpf: Any = None
         self.heartbeat: Heartbeat | None = None
         self.decode_errors = 0
@@ -130,16 +130,7 @@ class Agent:
         self.bpf = probes.load(s.probe_config)
         self.bpf["events"].open_ring_buffer(self._on_record)
         for kind, paths in (("nccl", s.nccl_libs), ("cuda", s.cuda_libs)):
-            for path in paths:
-                key = discovery.file_key(path)
-                if key is None:
-                    raise discovery.LibraryError(f"--{kind}-lib {path} does not exist")
-                self.explicit[kind].add(key)
-                try:
-                    self._attach(discovery.LibFile(kind, os.path.abspath(path), key))
-                except Exception as err:
-                    raise discovery.LibraryError(f"--{kind}-lib {path}: no probe attached ({err}); pass "
-                                                 f"the library the job loads, or drop --{kind}-lib") from err
+            self.libs.attach_given(self.bpf, kind, paths)
         for pid in s.pids:
             self.bpf["targets"][ct.c_uint32(pid)] = ct.c_uint8(1)
         if s.stacks and s.sample_hz > 0:
@@ -157,33 +148,9 @@ class Agent:
                 f.write(f"{os.getpid()}\n")
             os.replace(tmp, s.ready_file)
 
-    def _attach(self, lib: discovery.LibFile) -> None:
-        if lib.key in self.attached:
-            return
-        done = probes.attach_library(self.bpf, lib.path, lib.kind)
-        self.attached[lib.key] = lib
-        endbr = sum(a.skip > 0 for a in done)
-        log.info("attached %d probes to %s (%d past endbr64)", len(done), lib.path, endbr)
-        warning = probes.stepped_warning(lib.path, done)
-        if warning:
-            log.warning("%s", warning)
-
     def rescan(self) -> None:
-        libs, procs = discovery.scan(self.s.proc_root, pids=self.s.pids or None)
-        wanted: set[int] = set()
-        for pid, keys in procs.items():
-            for key in keys:
-                lib = libs[key]
-                restricted = self.explicit[lib.kind]
-                if restricted and key not in restricted:
-                    continue
-                try:
-                    self._attach(lib)
-                except Exception as err:
-                    log.warning("cannot attach to %s: %s", lib.path, err)
-                    continue
-                wanted.add(pid)
-        for pid in wanted:
+        """Attach to what the processes map now, and trace those that map an attached library."""
+        for pid in self.libs.scan(self.bpf):
             info = read_process(self.s.proc_root, pid)
             if info is not None and pid not in self.tracker.procs:
                 self.tracker.track(info)
