@@ -18,14 +18,16 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from rankecho.agent import check, discovery, probes, pyframes, resource
+from rankecho.agent import check, discovery, probes, pyframe_cache, resource
 from rankecho.agent.clock import ClockConverter, ClockStepFile
 from rankecho.agent.events import ExitRecord, InitRecord, decode
 from rankecho.agent.export import Delivery, Encoded, ExportConfig, Exporter, encode_batch
+from rankecho.agent.gpu_watch import GpuWatch
 from rankecho.agent.heartbeat import BpfThreads, Heartbeat
-from rankecho.agent.identity import ProcessInfo, read_process, thread_group, thread_name
+from rankecho.agent.identity import read_process, thread_group, thread_name
 from rankecho.agent.journal import JOURNAL_NAME, CommJournal
-from rankecho.agent.nvml import Nvml, gpu_for, open_nvml
+from rankecho.agent.library_probes import LibraryProbes
+from rankecho.agent.nvml import open_nvml
 from rankecho.agent.settings import Settings
 from rankecho.agent.spool import Spool
 from rankecho.agent.stacks import StackKeeper
@@ -60,12 +62,9 @@ class Agent:
         self.exporter = Exporter(
             ExportConfig(s.endpoint, s.token, s.tls, s.ca_file, s.cert_file, s.key_file), self.spool
         )
-        self.nvml: Nvml | None = open_nvml()
+        self.gpus = GpuWatch(open_nvml(), s.gpu_interval_s)
         self.symbols: SymbolClient | None = SymbolClient() if s.stacks else None
         stacks = StackKeeper(self.symbols.resolve, self.symbols.forget) if self.symbols is not None else None
-        self._gpu_slowed: dict[int, bool] = {}
-        self._gpu_points_due = 0.0
-        """When the next GPU gauge points go out (monotonic s); NVML is read every window regardless."""
         self.tracker = Tracker(
             s.node_id,
             self.clock,
@@ -73,8 +72,8 @@ class Agent:
             sink=self._sink,
             thread_name=lambda pid, tid: thread_name(s.proc_root, pid, tid),
             thread_group=lambda tid: thread_group(s.proc_root, tid),
-            throttled=self._throttled,
-            gpu_resource=self._gpu_resource,
+            throttled=self.gpus.throttled,
+            gpu_resource=self.gpus.resource,
             journal=CommJournal(Path(s.spool_dir) / JOURNAL_NAME,
                                 alive=lambda pid: os.path.exists(f"{s.proc_root}/{pid}")),
             raw_interval_ns=s.raw_interval_ns,
@@ -94,8 +93,7 @@ class Agent:
             c.HOST_NAME: socket.gethostname(),
         }
         self.points: list[tuple[ProcKey | None, Point]] = []
-        self.attached: dict[discovery.LibKey, discovery.LibFile] = {}
-        self.explicit: dict[str, set[discovery.LibKey]] = {"nccl": set(), "cuda": set()}
+        self.libs = LibraryProbes(s.proc_root, s.pids)
         self.bpf: Any = None
         self.heartbeat: Heartbeat | None = None
         self.decode_errors = 0
@@ -126,57 +124,13 @@ class Agent:
             batch: Encoded = encode_batch(resources, items[i : i + MAX_BATCH], self.base)
             self.exporter.submit(batch)
 
-    # --- GPUs -----------------------------------------------------------------------------------
-    def _gpu_index(self, info: ProcessInfo) -> int | None:
-        return gpu_for(info.env.local_rank, info.env.visible_devices)
-
-    def _throttled(self, info: ProcessInfo) -> bool:
-        idx = self._gpu_index(info)
-        return idx is not None and self._gpu_slowed.get(idx, False)
-
-    def _gpu_resource(self, info: ProcessInfo) -> dict[str, AttrValue]:
-        idx = self._gpu_index(info)
-        if self.nvml is None or idx is None or idx >= len(self.nvml.models):
-            return {}
-        return {c.GPU_MODEL: self.nvml.models[idx], c.GPU_UUID: self.nvml.uuids[idx], c.GPU_INDEX: idx}
-
-    def sample_gpus(self) -> None:
-        if self.nvml is None:
-            return
-        owners = {self._gpu_index(p.info): p.key for p in self.tracker.procs.values()}
-        now = time.time_ns()
-        send = time.monotonic() >= self._gpu_points_due
-        if send:
-            self._gpu_points_due = time.monotonic() + self.s.gpu_interval_s
-        for g in self.nvml.sample():
-            self._gpu_slowed[g.index] = g.slowed
-            if not send:
-                continue
-            key = owners.get(g.index)
-            attrs: dict[str, AttrValue] = {c.GPU_INDEX: g.index, c.GPU_UUID: g.uuid, c.GPU_MODEL: g.model}
-            for metric, value in (
-                (c.M_GPU_UTIL, g.utilization_pct), (c.M_GPU_MEM_USED, g.memory_used_bytes),
-                (c.M_GPU_SM_CLOCK, g.sm_clock_mhz), (c.M_GPU_TEMP, g.temperature_c),
-                (c.M_GPU_POWER, g.power_w), (c.M_GPU_THROTTLE, g.throttle_reasons),
-            ):
-                self._sink(key, Point(metric, now, value, dict(attrs)))
-
     # --- BPF ------------------------------------------------------------------------------------
     def start(self) -> None:
         s = self.s
         self.bpf = probes.load(s.probe_config)
         self.bpf["events"].open_ring_buffer(self._on_record)
         for kind, paths in (("nccl", s.nccl_libs), ("cuda", s.cuda_libs)):
-            for path in paths:
-                key = discovery.file_key(path)
-                if key is None:
-                    raise discovery.LibraryError(f"--{kind}-lib {path} does not exist")
-                self.explicit[kind].add(key)
-                try:
-                    self._attach(discovery.LibFile(kind, os.path.abspath(path), key))
-                except Exception as err:
-                    raise discovery.LibraryError(f"--{kind}-lib {path}: no probe attached ({err}); pass "
-                                                 f"the library the job loads, or drop --{kind}-lib") from err
+            self.libs.attach_given(self.bpf, kind, paths)
         for pid in s.pids:
             self.bpf["targets"][ct.c_uint32(pid)] = ct.c_uint8(1)
         if s.stacks and s.sample_hz > 0:
@@ -194,33 +148,9 @@ class Agent:
                 f.write(f"{os.getpid()}\n")
             os.replace(tmp, s.ready_file)
 
-    def _attach(self, lib: discovery.LibFile) -> None:
-        if lib.key in self.attached:
-            return
-        done = probes.attach_library(self.bpf, lib.path, lib.kind)
-        self.attached[lib.key] = lib
-        endbr = sum(a.skip > 0 for a in done)
-        log.info("attached %d probes to %s (%d past endbr64)", len(done), lib.path, endbr)
-        warning = probes.stepped_warning(lib.path, done)
-        if warning:
-            log.warning("%s", warning)
-
     def rescan(self) -> None:
-        libs, procs = discovery.scan(self.s.proc_root, pids=self.s.pids or None)
-        wanted: set[int] = set()
-        for pid, keys in procs.items():
-            for key in keys:
-                lib = libs[key]
-                restricted = self.explicit[lib.kind]
-                if restricted and key not in restricted:
-                    continue
-                try:
-                    self._attach(lib)
-                except Exception as err:
-                    log.warning("cannot attach to %s: %s", lib.path, err)
-                    continue
-                wanted.add(pid)
-        for pid in wanted:
+        """Attach to what the processes map now, and trace those that map an attached library."""
+        for pid in self.libs.scan(self.bpf):
             info = read_process(self.s.proc_root, pid)
             if info is not None and pid not in self.tracker.procs:
                 self.tracker.track(info)
@@ -228,11 +158,11 @@ class Agent:
 
     def _python_target(self, pid: int) -> None:
         """Give BPF a CPython process's interpreter layout the first time one of its records arrives, so
-        its later stacks carry Python frames (agent/pyframes.py; other processes cost one set lookup)."""
+        its later stacks carry Python frames (agent/pyframe_cache.py; other processes cost one set lookup)."""
         if len(self._py_checked) >= 65_536:
             self._py_checked.clear()
         self._py_checked.add(pid)
-        proc = pyframes.DECODER.register(pid) if self.s.stacks else None
+        proc = pyframe_cache.DECODER.register(pid) if self.s.stacks else None
         if proc is not None and self.bpf is not None:
             self.bpf["py_targets"][ct.c_uint32(pid)] = proc.target()
             log.info("pid %d runs CPython %d.%d: its stacks carry Python frames", pid, *proc.version)
@@ -299,7 +229,7 @@ class Agent:
             if now >= due["window"]:
                 due["window"] = now + s.window_s
                 self.read_windows()
-                self.sample_gpus()
+                self.gpus.sample(self.tracker.procs.values(), self._sink)
             if now >= due["flush"] or len(self.points) >= MAX_BATCH:
                 due["flush"] = now + s.flush_interval_s
                 self.flush()
@@ -336,8 +266,7 @@ class Agent:
                             self.exporter.rejected_why, self.spool.dropped_points, self.spool.points,
                             str(self.spool.dir), str(self.spool.root))
         self.spool.close()
-        if self.nvml is not None:
-            self.nvml.close()
+        self.gpus.close()
         if self.symbols is not None:
             self.symbols.close()
         if self.bpf is not None:
@@ -355,8 +284,7 @@ class Agent:
         must not put a phantom cluster in Echo); the spool keeps whatever it adopted."""
         self.exporter.close(0)
         self.spool.close()
-        if self.nvml is not None:
-            self.nvml.close()
+        self.gpus.close()
         if self.symbols is not None:
             self.symbols.close()
         if self.bpf is not None:

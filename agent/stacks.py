@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rankecho.agent import pyframes
+from rankecho.agent import pyframe_cache
 from rankecho.agent.events import STACK_DEPTH, StackRecord
 from rankecho.shared.stacks import stack_id
 
@@ -110,9 +110,9 @@ def cut_at_unknown(frames: list[str]) -> tuple[list[str], bool]:
 
 
 def python_frames(pid: int, tid: int, rec: StackRecord, native: list[str]) -> list[str]:
-    """A CPython thread's Python frames (read by BPF with the native walk, named by agent/pyframes.py)
+    """A CPython thread's Python frames (read by BPF with the native walk, named by agent/pyframe_cache.py)
     joined to its native ones."""
-    return merge_python(native, pyframes.python_frames(pid, rec.py) if rec.py else [])
+    return merge_python(native, pyframe_cache.python_frames(pid, rec.py) if rec.py else [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,5 +201,5 @@ class StackKeeper:
             del self._frames[key]
         for name in [k for k in self._names if k[0] == pid]:
             del self._names[name]
-        pyframes.forget(pid)
+        pyframe_cache.forget(pid)
         self._release(pid)

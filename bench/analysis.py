@@ -92,12 +92,12 @@ def measure_store(events: int, repeat: int) -> dict[str, Any]:
         ).fetchall()[0]
         print(f"store: {stored[0]:,} events ({stored[1]:,} collective calls) built in "
               f"{time.perf_counter() - started:.1f} s")  # fmt: skip
-        diagnosis = Investigation(Reader(con), load_rates(), Limits(timeout_s=120)).diagnosis
-        find_ms, found = timed(lambda: diagnosis.find_stragglers(), repeat)
+        inv = Investigation(Reader(con), load_rates(), Limits(timeout_s=120))
+        find_ms, found = timed(lambda: inv.diagnosis.find_stragglers(), repeat)
         top = found["stragglers"][0]
         latest = top["episodes"][-1]
         explain_ms, _ = timed(
-            lambda: diagnosis.explain_straggler(top["node_id"], top["rank"], latest["causal_chain_id"]),
+            lambda: inv.explainer.explain_straggler(top["node_id"], top["rank"], latest["causal_chain_id"]),
             repeat,
         )
         con.close()

@@ -81,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
         "cluster_id": args.cluster_id,
         "job_id": getattr(args, "job_id", None),
     }
-    question = lambda inv: inv.diagnosis.explain_straggler(**arguments)  # noqa: E731
+    question = lambda inv: inv.explainer.explain_straggler(**arguments)  # noqa: E731
     result = answer(args, "explain", TOOL, arguments, question)
     if isinstance(result, int):
         return result

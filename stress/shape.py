@@ -277,7 +277,7 @@ class NodeModel:
     def window(self, t: int) -> None:
         """The agent's periodic work (every second): the launch counters, and the GPU gauges every
         ``Settings.gpu_interval_s`` when the ranks have GPUs (the metrics and attributes of
-        ``Agent.sample_gpus``)."""
+        ``agent.gpu_watch.GpuWatch.sample``)."""
         self.tracker.launch_counts({r.pid: (r.pid, r.launches) for r in self.ranks}, t)
         if not self.shape.gpus or t < self._gpu_due:
             return

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from test_agent_helpers import requires_ebpf
 
-from rankecho.agent import pyframes
+from rankecho.agent import pyframe_cache, pyframes
 
 PROG = Path(__file__).parent / "agent_fixtures" / "pyframes_prog.py"
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
@@ -165,7 +165,7 @@ def capture(python: str, go: str = f"go {CALLS}", text: str = BPF_TEXT) -> Captu
             prog.send(go)
             report = prog.receive()
             bpf.ring_buffer_consume()
-            decoder = pyframes.FrameDecoder()
+            decoder = pyframe_cache.FrameDecoder()
             hits: dict[int, list[Hit]] = {}
             for tid, raw in raws:
                 stack = pyframes.RkPyStack.from_buffer_copy(raw)
@@ -310,7 +310,7 @@ def test_code_objects_are_read_from_the_process_with_non_ascii_names(version: st
 
 def test_a_newer_cpython_is_detected_and_said_once(caplog: pytest.LogCaptureFixture) -> None:
     python = interpreter("3.13.0")
-    decoder = pyframes.FrameDecoder()
+    decoder = pyframe_cache.FrameDecoder()
     with running(python) as first, running(python) as second, caplog.at_level(logging.WARNING):
         proc = pyframes.detect(first.pid)
         assert proc is not None and proc.version == (3, 13) and not proc.supported
@@ -364,7 +364,7 @@ def test_records_decode_in_user_space_and_forget_drops_the_process(tmp_path: Pat
             stack.frames[0] = pyframes.RkPyFrame(codes[0], 0, 0)
             stack.frames[1] = pyframes.RkPyFrame(0x10, 0, 0)
             stack.frames[2] = pyframes.RkPyFrame(codes[1], 0, pyframes.FRAME_SHIM)
-            decoder = pyframes.FrameDecoder()
+            decoder = pyframe_cache.FrameDecoder()
             for raw in (stack, bytes(stack)):
                 assert decoder.frames(proc.pid, raw) == ["módulo.py:größe:3", "?:0x10:0"]
             assert (proc.pid, 0x10, 0) not in decoder._names and (proc.pid, codes[0], 0) in decoder._names

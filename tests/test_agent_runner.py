@@ -67,10 +67,10 @@ def test_gpu_gauges_go_out_every_gpu_interval_while_nvml_is_read_every_window(tm
     settings = Settings("127.0.0.1:1", "c", "n", spool_dir=str(tmp_path / "spool"), gpu_interval_s=3600.0)
     agent = Agent(settings)
     gpu = OneGpu()
-    agent.nvml = gpu  # type: ignore[assignment]
+    agent.gpus.nvml = gpu  # type: ignore[assignment]
     for _ in range(3):
-        agent.sample_gpus()
+        agent.gpus.sample(agent.tracker.procs.values(), agent._sink)
     assert gpu.reads == 3
     sent = [p.metric_name for _, p in agent.points]
     assert len(sent) == 6 and c.M_GPU_UTIL in sent  # one reading's six gauges, not three
-    assert agent._gpu_slowed == {0: True}  # the latest reading still decides the health's throttle flag
+    assert agent.gpus.slowed == {0: True}  # the latest reading still decides the health's throttle flag

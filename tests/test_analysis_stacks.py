@@ -76,7 +76,7 @@ def test_the_differential_view_picks_the_late_ranks_distinctive_stack(store: Pat
     inv, con = investigation(store)
     with con:
         for seq in episodes():
-            out = inv.diagnosis.explain_straggler("node-1", LATE_RANK, causal_chain_id=f"w0rld:{seq}")
+            out = inv.explainer.explain_straggler("node-1", LATE_RANK, causal_chain_id=f"w0rld:{seq}")
             view = out["stacks"]
             assert view["peers_compared"] == 3 and view["leading_frames"] == ALLOC_LEAD
             [distinct] = view["distinctive"]  # the data loader and forward ran on every rank alike
@@ -84,7 +84,7 @@ def test_the_differential_view_picks_the_late_ranks_distinctive_stack(store: Pat
             assert distinct["rank_ms"] == pytest.approx(40.0) and distinct["peers_mean_ms"] == 0.0
             assert distinct["peers_with"] == 0 and distinct["excess_ms"] == pytest.approx(40.0)
             assert {s["stack_id"] for s in view["rank_top"]} >= {stack_id(ALLOC), stack_id(FORWARD)}
-        on_time = inv.diagnosis.explain_straggler("node-1", LATE_RANK, causal_chain_id="w0rld:5")["stacks"]
+        on_time = inv.explainer.explain_straggler("node-1", LATE_RANK, causal_chain_id="w0rld:5")["stacks"]
         assert on_time["distinctive"] == [] and on_time["leading_frames"] is None
 
 

@@ -206,7 +206,7 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         peers' in theirs (distinctive: what it ran that they did not, with leading_frames; rank_top: its own
         top stacks). Give causal_chain_id or timestamp_ns from find_stragglers."""
         return _answer(
-            lambda: inv.diagnosis.explain_straggler(node_id, rank, causal_chain_id, timestamp_ns, before_ms,
+            lambda: inv.explainer.explain_straggler(node_id, rank, causal_chain_id, timestamp_ns, before_ms,
                                                     cluster_id, job_id)
         )  # fmt: skip
 

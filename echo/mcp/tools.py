@@ -23,6 +23,7 @@ from typing import Any, Literal
 from rankecho.echo.guard import Refused, check_sql, safe_message
 from rankecho.echo.mcp.coverage import no_data_message
 from rankecho.echo.mcp.diagnosis import Diagnosis
+from rankecho.echo.mcp.explain import Explainer
 from rankecho.echo.mcp.failures import Failures
 from rankecho.echo.mcp.jobs import Jobs
 from rankecho.echo.mcp.rates import Rates
@@ -70,7 +71,9 @@ class Investigation:
         self._limits = limits
         self._clock_ns = clock_ns
         self.diagnosis = Diagnosis(self)
-        """find_stragglers, explain_straggler and the stall costs, on this investigation's reader."""
+        """find_stragglers and the stall costs, on this investigation's reader."""
+        self.explainer = Explainer(self)
+        """explain_straggler: one late call against its peers'."""
         self.failures = Failures(self, clock_ns)
         """find_hangs: open hangs (at the clock's now), crashes and desyncs."""
         self.jobs = Jobs(self)
@@ -80,7 +83,7 @@ class Investigation:
         self.stacks = Stacks(self)
         """Call stacks: a rank's top stacks (fleet.cluster.stacks), differential and leading frames."""
 
-    # -- plumbing (also used by :class:`rankecho.echo.mcp.diagnosis.Diagnosis`) -----------------------------
+    # -- plumbing (also used by Diagnosis, Explainer and the other parts above) ---------------------------
     def run_named(self, name: str, max_rows: int = MAX_LIMIT, **params: Any) -> QueryResult:
         """Run the named query ``name`` (echo/queries) with ``params``; errors become InvestigationError."""
         query = QUERIES[name]

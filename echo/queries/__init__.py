@@ -97,4 +97,5 @@ WRITER: Mapping[str, NamedQuery] = load_dir(HERE / "writer")
 """The writer's own reads while it commits (:mod:`rankecho.echo.store.resend`); not in :data:`QUERIES`."""
 RETENTION: Mapping[str, NamedQuery] = load_dir(HERE / "retention")
 """The writer's retention statements (roll up, delete below a cutoff, measure), run by
-:mod:`rankecho.echo.store.retention` on the writer thread; not read queries, so not in :data:`QUERIES`."""
+:mod:`rankecho.echo.store.retention` and :mod:`rankecho.echo.store.retention_chunk` on the writer thread;
+not read queries, so not in :data:`QUERIES`."""

@@ -5,9 +5,10 @@ clock, moved later while the store uses more than ``--max-db-size``), then works
 one short transaction on the writer's connection: first the typed copies by whole minutes (the raw
 collectives of those minutes rolled up into ``collective_rollup`` and deleted in the same transaction, so
 a collective is always counted once, raw or rolled up, with the ``host_activity`` rows of the same
-minutes), then ``events`` in chunks sized to a time budget. No statement touches a row at or after the
-cutoff, so no acknowledged row younger than it is lost. Then rollups older than ``--rollup-retention``
-go, and a CHECKPOINT turns the deleted row groups into free blocks, which later rows reuse.
+minutes), then ``events`` in chunks sized to a time budget (echo/store/retention_chunk.py). No statement
+touches a row at or after the cutoff, so no acknowledged row younger than it is lost. Then rollups older
+than ``--rollup-retention`` go, and a CHECKPOINT turns the deleted row groups into free blocks, which
+later rows reuse.
 
 The writer thread runs the steps between its commits (:class:`rankecho.echo.store.writer.Writer`), so
 the store keeps one writer and ingest waits at most one step. DuckDB never shrinks the file: what comes
@@ -30,20 +31,17 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import duckdb
 
 from rankecho.echo.queries import RETENTION
 from rankecho.echo.settings import Settings
+from rankecho.echo.store.retention_chunk import Statements, TableGroup, delete_chunk
 from rankecho.echo.store.writer import rollback
 
 log = logging.getLogger(__name__)
 NS = 1_000_000_000
 MINUTE_NS = 60 * NS
-MIN_STEP_ROWS = 100
-"""However slow the last step was, the next may delete this many rows (unless ``chunk_rows`` is lower;
-progress is guaranteed anyway: a step deletes at least the oldest minute or nanosecond)."""
 TYPED_DELETES = ("delete_collectives", "delete_host_activity")
 """The typed copies' deletions, after the rollup in the same transaction, each on its own time column."""
 
@@ -107,30 +105,9 @@ class PassReport:
 
 
 @dataclass
-class _Part:
-    """One group of raw tables a pass deletes from, with its own cutoff and chunk span."""
-
-    oldest: str
-    """The statement giving the group's oldest time below a cutoff."""
-    count: str
-    """The statement counting the group's rows below a cutoff."""
-    deletes: tuple[str, ...]
-    cutoff_ns: int
-    span_ns: int
-    target_rows: int
-    """Rows one step may delete: starts at ``RetentionPolicy.first_rows``, then what fits the step's time
-    budget at the cost per row measured by the last step (at most ``chunk_rows``)."""
-    quantum_ns: int = 1
-    """Chunk bounds are multiples of this (a minute for the collectives, so no minute is rolled up in
-    pieces), and so is the span."""
-    rollup: bool = False
-    done: bool = False
-
-
-@dataclass
 class _Pass:
     report: PassReport
-    parts: list[_Part]
+    parts: list[TableGroup]
     started: float
     raw_done: bool = False
     waiters: list[Future[PassReport]] = field(default_factory=list)
@@ -149,6 +126,7 @@ class Retention:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._con = con
+        self._sql = Statements(con)
         self.policy = policy
         self._db_path = db_path
         self._checkpoint = checkpoint
@@ -168,8 +146,8 @@ class Retention:
     def record_settings(self) -> None:
         """Write the limits in force into ``retention_state`` (what ``fleet.cluster.summary`` reports)."""
         p = self.policy
-        self._run("record_settings", retention_s=p.retention_s, max_db_bytes=p.max_db_bytes,
-                  rollup_retention_s=p.rollup_retention_s)  # fmt: skip
+        self._sql.run("record_settings", retention_s=p.retention_s, max_db_bytes=p.max_db_bytes,
+                      rollup_retention_s=p.rollup_retention_s)  # fmt: skip
 
     def request(self) -> Future[PassReport]:
         """A pass that starts after this call; the future yields its report (any thread may call)."""
@@ -248,18 +226,18 @@ class Retention:
         report = PassReport(now, cutoff, rollup_cutoff, used)
         parts = [] if cutoff is None else [
             # typed tables first, by whole minutes: cheap (no index), and the rollups stay one row a minute
-            _Part("typed_oldest", "typed_count", TYPED_DELETES, cutoff - cutoff % MINUTE_NS, MINUTE_NS,
-                  first_rows, MINUTE_NS, True),
+            TableGroup("typed_oldest", "typed_count", TYPED_DELETES, cutoff - cutoff % MINUTE_NS,
+                       MINUTE_NS, first_rows, MINUTE_NS, True),
             # then events, in chunks of any bound (no rollup to keep whole), sized by the time budget
-            _Part("events_oldest", "events_count", ("delete_events",), cutoff, int(p.first_span_s * NS),
-                  first_rows),
+            TableGroup("events_oldest", "events_count", ("delete_events",), cutoff,
+                       int(p.first_span_s * NS), first_rows),
         ]  # fmt: skip
         return _Pass(report, parts, self._monotonic(), waiters=waiters)
 
     def _size_cutoff(self, used: int, target: int) -> int | None:
         """The time below which the oldest raw rows hold about ``used - target`` bytes, assuming bytes
         spread evenly over the stored time range (the next pass moves on if that was not enough)."""
-        oldest, newest = self._one("raw_range")
+        oldest, newest = self._sql.one("raw_range")
         if oldest is None or newest is None:
             return None
         share = min(1.0, (used - target) / used)
@@ -267,56 +245,27 @@ class Retention:
 
     def _chunk(self, current: _Pass) -> bool:
         """Delete one chunk of the first table group not yet done below its cutoff; False once both are."""
-        for part in current.parts:
-            if not part.done:
-                part.done = not self._chunk_of(part, current.report)
+        report, p = current.report, self.policy
+        for group in current.parts:
+            if not group.done:
+                done = delete_chunk(self._sql, group, report.started_ns, p.step_budget_s, p.chunk_rows,
+                                    self._monotonic)  # fmt: skip
+                group.done = done is None or not done.more
+                if done is not None:
+                    report.chunks += 1
+                    report.rows_deleted += done.deleted
+                    report.rollup_rows_written += done.rollup_rows
                 return True
         return False
-
-    def _chunk_of(self, part: _Part, report: PassReport) -> bool:
-        """One transaction: roll up and delete the part's rows below the chunk's upper bound; False once
-        nothing is left below the part's cutoff. The bound is found by counting first (a scan of the
-        time column of the old row groups only), halving the span while more than the part's target rows
-        lie below it, so a quiet hour followed by a busy one cannot make one step delete the busy hour."""
-        oldest = self._one(part.oldest, cutoff_ns=part.cutoff_ns)[0]
-        if oldest is None:
-            return False
-        q = part.quantum_ns
-        base, span = int(oldest) - int(oldest) % q, part.span_ns
-        below = self._count(part.count, cutoff_ns=min(part.cutoff_ns, base + span))
-        while below > part.target_rows and span > q:
-            span = max(q, span // 2 - span // 2 % q)
-            below = self._count(part.count, cutoff_ns=min(part.cutoff_ns, base + span))
-        upper = min(part.cutoff_ns, base + span)
-        started = self._monotonic()
-        con = self._con
-        con.execute("BEGIN TRANSACTION")
-        try:
-            if part.rollup:
-                report.rollup_rows_written += self._count("rollup_collectives", cutoff_ns=upper,
-                                                          now_ns=report.started_ns)  # fmt: skip
-            deleted = sum(self._count(name, cutoff_ns=upper) for name in part.deletes)
-            con.execute("COMMIT")
-        except Exception:
-            rollback(con)
-            raise
-        report.chunks += 1
-        report.rows_deleted += deleted
-        seconds = self._monotonic() - started
-        if deleted and seconds > 0:  # rows that fit the time budget at the cost just measured
-            fit = int(deleted * self.policy.step_budget_s / seconds)
-            part.target_rows = min(self.policy.chunk_rows, max(MIN_STEP_ROWS, fit))
-        part.span_ns = span * 2 if below < part.target_rows // 2 else span
-        return upper < part.cutoff_ns
 
     def _finish(self, current: _Pass) -> None:
         report = current.report
         con = self._con
         con.execute("BEGIN TRANSACTION")
         try:
-            report.rollup_rows_deleted = self._count("delete_rollups", cutoff_ns=report.rollup_cutoff_ns)
+            report.rollup_rows_deleted = self._sql.count("delete_rollups", cutoff_ns=report.rollup_cutoff_ns)
             if report.raw_cutoff_ns is not None:  # the stacks only the deleted rows cited
-                report.stacks_deleted = self._count("delete_stacks", cutoff_ns=report.raw_cutoff_ns)
+                report.stacks_deleted = self._sql.count("delete_stacks", cutoff_ns=report.raw_cutoff_ns)
             con.execute("COMMIT")
         except Exception:
             rollback(con)
@@ -325,10 +274,12 @@ class Retention:
             report.checkpointed = self._checkpoint()  # deleted row groups become free blocks
         report.used_after, report.file_bytes = self._used()
         report.seconds = self._monotonic() - current.started
-        self._run("record_pass", raw_cutoff_ns=report.raw_cutoff_ns, rollup_cutoff_ns=report.rollup_cutoff_ns,
-                  now_ns=self._clock_ns(), seconds=report.seconds, rows_deleted=report.rows_deleted,
-                  bytes_freed=report.used_before - report.used_after, used_bytes=report.used_after,
-                  rollup_rows_deleted=report.rollup_rows_deleted)  # fmt: skip
+        self._sql.run(
+            "record_pass", raw_cutoff_ns=report.raw_cutoff_ns, rollup_cutoff_ns=report.rollup_cutoff_ns,
+            now_ns=self._clock_ns(), seconds=report.seconds, rows_deleted=report.rows_deleted,
+            bytes_freed=report.used_before - report.used_after, used_bytes=report.used_after,
+            rollup_rows_deleted=report.rollup_rows_deleted,
+        )  # fmt: skip
         limit = self.policy.max_db_bytes
         over = limit is not None and report.used_after > limit
         self._again = over and report.rows_deleted > 0 and report.checkpointed  # keep going while it helps
@@ -386,17 +337,3 @@ class Retention:
             wal = self._db_path.with_name(self._db_path.name + ".wal")
             used += wal.stat().st_size if wal.exists() else 0
         return used, file_bytes
-
-    def _run(self, name: str, **params: Any) -> None:
-        query = RETENTION[name]
-        self._con.execute(query.sql, query.bind(**params)).fetchall()  # no result left open on the cursor
-
-    def _one(self, name: str, **params: Any) -> tuple[Any, ...]:
-        query = RETENTION[name]
-        found = self._con.execute(query.sql, query.bind(**params)).fetchall()  # all: none left open
-        return tuple(found[0]) if found else (None, None)
-
-    def _count(self, name: str, **params: Any) -> int:
-        """Rows an INSERT or DELETE touched (DuckDB returns the count as its one row)."""
-        return int(self._one(name, **params)[0] or 0)
-
