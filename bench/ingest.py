@@ -7,7 +7,10 @@ the default) or OTLP/HTTP protobuf (``--transport http``: one kept-alive connect
 answered by waiting ``Retry-After``). After each run Echo is stopped and the rows counted: ``lost`` =
 acknowledged - stored must be 0. Client and Echo share this machine's cores.
 
-``python -m bench ingest --seconds 20 --runs 3 [--transport http]``
+``--against DIR`` runs the same runs on another checkout's Echo too (e.g. a ``git worktree`` of an older
+revision), alternating run by run so both see the same load, and prints the ratio of the medians.
+
+``python -m bench ingest --seconds 20 --runs 3 [--transport http] [--against DIR]``
 """
 
 from __future__ import annotations
@@ -123,10 +126,11 @@ def http_run(address: str, work: list[list[Batch]], duration_s: float) -> HttpRe
 
 
 def ingest_once(
-    workdir: Path, cfg: StressConfig, work: list[list[Batch]], n: int, transport: str = "grpc"
+    workdir: Path, cfg: StressConfig, work: list[list[Batch]], n: int, transport: str = "grpc",
+    source: Path | None = None,
 ) -> dict[str, Any]:
     db = workdir / f"ingest-{n}.db"
-    with EchoProcess(db, token=TOKEN) as echo:
+    with EchoProcess(db, token=TOKEN, source=source) as echo:
         live = StressConfig(
             cfg.plan, Target(echo.otlp_grpc, TOKEN), "raw", cfg.batch, duration_s=cfg.duration_s
         )
@@ -188,7 +192,11 @@ def run(argv: list[str]) -> dict[str, Any]:
     parser.add_argument(
         "--transport", choices=("grpc", "http"), default="grpc", help="OTLP/gRPC or OTLP/HTTP protobuf"
     )
+    parser.add_argument("--against", type=Path, metavar="DIR",
+                        help="another checkout's Echo, run alternately with this one (ratio printed)")
     args, _ = parser.parse_known_args(argv)
+    if args.against is not None and not (args.against / "rankecho" / "__main__.py").is_file():
+        parser.error(f"--against {args.against}: not a rankecho checkout (no rankecho/__main__.py)")
 
     plan = StressPlan("bench", "producer", args.producers, args.pool // args.producers)
     cfg = StressConfig(plan, Target("unused:0"), "raw", args.batch, duration_s=args.seconds)
@@ -204,8 +212,13 @@ def run(argv: list[str]) -> dict[str, Any]:
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
-        ingest = []
+        ingest, other = [], []
         for n in range(args.runs):
+            if args.against is not None:
+                o = ingest_once(Path(tmp), cfg, work, n, args.transport, source=args.against)
+                other.append(o)
+                print(f"  ingest run {n + 1}, {args.against}: {o['points_per_s']:>9,.0f} points/s  "
+                      f"Echo {o['echo_cores']:.2f} cores  lost {o['lost']}  failed {o['failed']}", flush=True)
             r = ingest_once(Path(tmp), cfg, work, n, args.transport)
             ingest.append(r)
             print(
@@ -228,11 +241,20 @@ def run(argv: list[str]) -> dict[str, Any]:
     pps = statistics.median(r["points_per_s"] for r in ingest) if ingest else 0.0
     fan = statistics.median(f["wall_s"] for f in fanin) if fanin else float("nan")
     send = statistics.median(f["send_s"] for f in fanin) if fanin else float("nan")
-    lost = sum(r["lost"] + r["failed"] for r in ingest) + sum(2000 - f["stored"] for f in fanin)
+    lost = sum(r["lost"] + r["failed"] for r in ingest + other) + sum(2000 - f["stored"] for f in fanin)
     print(
         f"median ingest  {pps:>9,.0f} points/s  target >= {TARGET_POINTS_PER_S:,}  "
         f"ratio {pps / TARGET_POINTS_PER_S:.2f}x  lost {lost}"
     )
+    against: dict[str, Any] | None = None
+    if other:
+        base = statistics.median(o["points_per_s"] for o in other)
+        per_core = statistics.median(r["points_per_s"] / r["echo_cores"] for r in ingest if r["echo_cores"])
+        base_core = statistics.median(o["points_per_s"] / o["echo_cores"] for o in other if o["echo_cores"])
+        against = {"dir": str(args.against), "points_per_s_median": base, "ratio": pps / base,
+                   "per_core_ratio": per_core / base_core, "runs": other}  # fmt: skip
+        print(f"median ingest  {base:>9,.0f} points/s  on {args.against}; this tree x{pps / base:.2f} "
+              f"(per Echo core x{per_core / base_core:.2f})")
     print(
         f"median fan-in  {fan:>9.2f} s wall      target <= {TARGET_FANIN_S:.1f} s  "
         f"ratio {TARGET_FANIN_S / fan:.2f}x  (sending alone {send:.3f} s)"
@@ -245,6 +267,7 @@ def run(argv: list[str]) -> dict[str, Any]:
         "lost": lost,
         "ingest_runs": ingest,
         "fanin_runs": fanin,
+        "against": against,
         "cores": _cores(),
     }
 

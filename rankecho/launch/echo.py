@@ -38,8 +38,12 @@ class EchoProcess:
         grpc_port: int = 0,
         log: Path | None = None,
         extra_args: tuple[str, ...] = (),
+        source: Path | None = None,
     ) -> None:
         self.db = Path(db)
+        self.source = source
+        """Another checkout of rankecho to run instead of the installed one (benchmarks compare two
+        revisions side by side): its root goes first on ``PYTHONPATH``."""
         self.token = token
         self.grpc_port = grpc_port
         self.log = log or self.db.with_suffix(".echo.log")
@@ -78,6 +82,8 @@ class EchoProcess:
         env.pop("RANKECHO_TOKEN", None)
         if self.token is not None:
             env["RANKECHO_TOKEN"] = self.token
+        if self.source is not None:
+            env["PYTHONPATH"] = os.pathsep.join([str(self.source.resolve()), env.get("PYTHONPATH", "")])
         log = self.log.open("ab")
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log, env=env)
         log.close()
