@@ -45,6 +45,7 @@ from pyrank_lib import (  # noqa: E402
     now_ns,
     parse,
     setup,
+    slow_gpu_extra,
     spin_until,
     wait_off_cpu,
 )
@@ -65,7 +66,7 @@ class Plan:
         fired = list(zip(c.faults, self.fired, strict=True))
         self.causes = ",".join(f"{f.kind}:{ms:.3f}" for f, ms in fired if ms > 0) or "-"
         self.desync = any(f.kind == "desync" and f.fires(step) for f in c.faults)
-        self.slow = 1.0 + sum(ms * 1000.0 / c.compute_us for f, ms in fired
+        self.slow = 1.0 + sum(slow_gpu_extra(c.kernels, c.buckets, self.kernel_us, ms) for f, ms in fired
                               if ms > 0 and f.kind == "slow_gpu")  # fmt: skip
 
 

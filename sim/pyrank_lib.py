@@ -146,6 +146,15 @@ def healthy_noise_us(seed: int, rank: int, step: int, which: int, max_us: float)
     return max_us * ((z >> 11) / float(1 << 53))
 
 
+def slow_gpu_extra(kernels: int, buckets: int, kernel_us: float, ms: float) -> float:
+    """simrank_faults.c's slow_gpu_extra: the factor less 1 that makes the GPU reach the step's first world
+    all-reduce ``ms`` late, against the GPU time of the kernels before it (the forward third and the backward
+    ones up to bucket 0's gradients), so a fault's ``ms`` is the lateness it causes."""
+    n_fwd = kernels // 3
+    n_bwd = kernels - n_fwd
+    return ms * 1000.0 / (kernel_us * (n_fwd + (n_bwd + buckets - 1) // buckets))
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="pyrank", description="see sim/src/simrank.c's top comment")
     options = (("steps", int, 10), ("compute-us", float, 20000), ("host-us", float, 500),

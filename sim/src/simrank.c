@@ -340,7 +340,7 @@ static void plan_step(const struct cfg *c, int step, struct plan *p, char *cause
             snprintf(causes + strlen(causes), size - strlen(causes), "%s%s:%.3f", *causes ? "," : "",
                      fault_name(c->faults[i].kind), p->fired[i]);
         if (c->faults[i].kind == F_DESYNC && fault_fires(&c->faults[i], step)) p->desync = 1;
-        if (p->fired[i] > 0 && c->faults[i].kind == F_SLOW_GPU) p->slow += p->fired[i] * 1000.0 / c->compute_us;
+        if (p->fired[i] > 0 && c->faults[i].kind == F_SLOW_GPU) p->slow += slow_gpu_extra(c, p->kernel_us, p->fired[i]);
     }
 }
 

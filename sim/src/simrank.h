@@ -131,6 +131,7 @@ double fault_ms_at(const struct fault *f, int index, int rank, int step, unsigne
 int fault_fires(const struct fault *f, int step); /* a failure kind: 1 at its one step */
 void log_failure(const struct fault *f, int step); /* the `fault KIND STEP VALUE` line */
 double healthy_noise_us(const struct cfg *c, int step, int which); /* which: 0 compute, 1 host, 2 loader */
+double slow_gpu_extra(const struct cfg *c, double kernel_us, double ms); /* slow_gpu: its factor less 1 */
 void wait_off_cpu(double ms);
 /* The fault injectors, each its own frame in a stack walk (SIM_PHASE): */
 void stall_dataloader(double ms);

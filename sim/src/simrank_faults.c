@@ -4,7 +4,8 @@
  * dataloader_stall  blocked in ppoll() on an empty pipe (off-CPU, sleeping)
  * cpu_contention    a separate "noisy-neighbor" process pinned to the rank's CPU spins at
  *                   SCHED_FIFO priority, so the rank's thread is runnable but preempted
- * slow_gpu          the rank's kernels run slower (launches identical, syncs longer)
+ * slow_gpu          the rank's kernels run slower (launches identical, syncs longer): its GPU reaches the
+ *                   step's first world all-reduce `ms` late (slow_gpu_extra)
  * alloc_stall       a free/malloc cycle over a block cache, each cudaMalloc slow (see simrank.c)
  * hang              stops before the step's first collective, asleep in ppoll(), for `ms` (0: until killed)
  * crash             _exit()s with status `ms` before the step's first collective (no goodbye to the hub)
@@ -113,6 +114,16 @@ double fault_ms_at(const struct fault *f, int index, int rank, int step, unsigne
     double u = (double)(h >> 11) / (double)(1ULL << 53); /* [0, 1) */
     double ms = f->ms + f->jitter_ms * (2.0 * u - 1.0);
     return ms > 0 ? ms : 0;
+}
+
+/* slow_gpu's factor less 1 for `ms`: `ms` is the lateness the fault causes, the extra GPU time before the step's
+ * first world all-reduce (bucket 0, where the rank records its GPU arrival), so the factor is taken against the
+ * GPU time of the kernels that run before it: the forward ones and the backward ones up to bucket 0's gradients
+ * (simrank.c's plan_step splits them a third forward, and backward() issues bucket 0 after the first m
+ * backward kernels with m * buckets >= n_bwd). docs/sim.md. */
+double slow_gpu_extra(const struct cfg *c, double kernel_us, double ms) {
+    int n_fwd = c->kernels / 3, n_bwd = c->kernels - n_fwd;
+    return ms * 1000.0 / (kernel_us * (n_fwd + (n_bwd + c->buckets - 1) / c->buckets));
 }
 
 /* Healthy jitter (--noise-us): uniform in [0, max) us, a function of (seed, rank, step, which) only, so a
