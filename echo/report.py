@@ -36,6 +36,8 @@ def _who(s: dict[str, Any]) -> str:
     if s["kind"] == "link":  # a slow transfer, not a late rank (echo/mcp/links.py)
         if s.get("rank") is not None:
             return f"link at rank {s['rank']} ({s['node_id']})"
+        if s.get("peer_node_id") is not None:
+            return f"link {s['node_id']}<->{s['peer_node_id']}"
         return f"link at {s['node_id']}" if s["node_id"] is not None else "link (not localised)"
     return f"node {s['node_id']}" if s["kind"] == "node" else f"rank {s['rank']} ({s['node_id']})"
 

@@ -208,6 +208,8 @@ def evaluate(path: Path, workdir: Path, timeout_s: float = 300.0) -> ScenarioRes
 
 def _who(s: dict[str, Any]) -> str:
     if s["kind"] == "link":
+        if s.get("peer_node_id") is not None:
+            return f"link {s['node_id']}<->{s['peer_node_id']}"
         return f"link {s['node_id'] or '(not localised)'}"
     return f"node {s['node_id']}" if s["kind"] == "node" else f"rank {s['rank']}"
 

@@ -5,8 +5,12 @@ The diagnosis reports each slow step as an episode of a ``kind: 'link'`` entry o
 by time; this maps it to the truth's step whose calls are nearest (after undoing the reference node's
 true clock offset, as :mod:`rankecho.sim.score` does for stragglers). A named slow step with no fault is
 a false positive, a faulted step not named a false negative; of the true positives, ``node_right``
-counts those where the faulted node (a node's NIC: that node; a rank's link: the rank's node) is the one
-node named at that step (two nodes named, or none, is not right). Usage::
+counts those where one link is named at that step and it holds the faulted node (a node's NIC: that node;
+a rank's link: the rank's node): the faulted node itself, a rank on it, or a node pair (the link between
+two nodes, ``peer_node_id`` set) of which it is one end. A pair is the most the data can say where both
+ends of the only slow inter-node path finished late alike (two nodes, or a rank and its one partner); the
+search is then down to one path and its two ends. Two links named at the step (two single nodes,
+say), a pair without the faulted node, or a link not localised, is not right. Usage::
 
     s = score_links(truth, diagnosis)   # diagnosis: Diagnosis.find_stragglers(...)
     s.precision, s.recall, s.node_accuracy
@@ -27,8 +31,8 @@ class LinkScore:
     false_negatives: int
     node_right: int
     named: tuple[str, ...] = ()
-    """Who the diagnosis names as slow links ("node-b", "rank 3 (node-b)" when send/recv pairs single out a
-    rank, or "-" when not localised)."""
+    """Who the diagnosis names as slow links ("node-b", "node-a<->node-b" for the link between two nodes,
+    "rank 3 (node-b)" when send/recv pairs single out a rank, or "-" when not localised)."""
 
     @property
     def precision(self) -> float:
@@ -52,14 +56,15 @@ class LinkScore:
         )  # fmt: skip
 
 
-def link_steps(truth: dict[str, Any], diagnosis: dict[str, Any]) -> dict[int, set[str | None]]:
-    """Every slow step the diagnosis names for the truth's cluster, as truth step -> the nodes named there
-    (None: not localised); an episode no step's calls are near (within half a step) maps to step -1."""
+def link_steps(truth: dict[str, Any], diagnosis: dict[str, Any]) -> dict[int, set[tuple[str, ...]]]:
+    """Every slow step the diagnosis names for the truth's cluster, as truth step -> the links named there,
+    each as the nodes it holds (one node, a rank's node, a pair's two; () when not localised); an episode
+    no step's calls are near (within half a step) maps to step -1."""
     shift = _reference_offset_ns(truth, diagnosis)
     calls = sorted((r["enter_ns"], s["step"]) for s in truth["per_step"] for r in s["ranks"])
     steps_ms = sorted(r["step_ms"] for s in truth["per_step"] for r in s["ranks"])
     half_step_ns = (steps_ms[len(steps_ms) // 2] if steps_ms else 100.0) * 1e6 / 2
-    out: dict[int, set[str | None]] = {}
+    out: dict[int, set[tuple[str, ...]]] = {}
     for entry in diagnosis["stragglers"]:
         if entry["cluster_id"] != truth["cluster_id"] or entry["kind"] != "link":
             continue
@@ -67,7 +72,7 @@ def link_steps(truth: dict[str, Any], diagnosis: dict[str, Any]) -> dict[int, se
             true_ns = episode["timestamp_ns"] - shift
             nearest = min(calls, key=lambda c: abs(c[0] - true_ns), default=None)
             step = nearest[1] if nearest and abs(nearest[0] - true_ns) <= half_step_ns else -1
-            out.setdefault(step, set()).add(entry["node_id"])
+            out.setdefault(step, set()).add(_nodes(entry))
     return out
 
 
@@ -84,12 +89,19 @@ def score_links(truth: dict[str, Any], diagnosis: dict[str, Any]) -> LinkScore:
         true_positives=len(tp),
         false_positives=len(set(named) - set(faulted)),
         false_negatives=len(set(faulted) - set(named)),
-        node_right=sum(named[step] == {faulted[step]} for step in tp),
+        node_right=sum(len(named[step]) == 1 and faulted[step] in next(iter(named[step])) for step in tp),
         named=who,
     )
+
+
+def _nodes(entry: dict[str, Any]) -> tuple[str, ...]:
+    """The nodes a link entry holds: its node, and its peer when it is the link between two nodes."""
+    return tuple(n for n in (entry["node_id"], entry.get("peer_node_id")) if n is not None)
 
 
 def _named(entry: dict[str, Any]) -> str:
     if entry.get("rank") is not None:
         return f"rank {entry['rank']} ({entry['node_id']})"
+    if entry.get("peer_node_id") is not None:
+        return f"{entry['node_id']}<->{entry['peer_node_id']}"
     return entry["node_id"] or "-"

@@ -119,11 +119,11 @@ def test_no_link_where_pairs_are_usual_or_slow_one_way_only(
     assert links(con) == []
 
 
-def test_one_slow_pair_names_both_its_nodes(con: duckdb.DuckDBPyConnection) -> None:
+def test_one_slow_pair_names_the_link_between_its_nodes(con: duckdb.DuckDBPyConnection) -> None:
     """One slow rank pair (as in a two-stage pipeline, where a rank has one partner): both ends are as
-    suspect, so both nodes are named and no rank."""
+    suspect, so no rank is named, and the two nodes are one link between them."""
     write_pairs(con, lambda step, src, dst: step in SLOW_STEPS and {src, dst} == {1, 3})
-    assert sorted((x["node_id"], x["rank"], x["ranks"]) for x in links(con)) == [
-        ("a", None, [0, 1]),
-        ("b", None, [2, 3]),
-    ]
+    [link] = links(con)
+    assert (link["node_id"], link["peer_node_id"], link["rank"]) == ("a", "b", None)
+    assert link["ranks"] == [0, 1, 2, 3]
+    assert [e["step"] for e in link["episode_list"]] == SLOW_STEPS

@@ -25,12 +25,15 @@ def truth(slow_steps: list[int]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def answer(entries: list[tuple[str | None, list[int]]]) -> dict[str, Any]:
-    """A find_stragglers answer with one link entry per (node named, steps), times on node-a's clock."""
+def answer(entries: list[tuple[str | tuple[str, str] | None, list[int]]]) -> dict[str, Any]:
+    """A find_stragglers answer with one link entry per (node named, steps), times on node-a's clock; a
+    (node, peer) tuple names the link between two nodes."""
     return {
         "clusters": [{"cluster_id": "c", "reference_node": "node-a"}],
         "stragglers": [
-            {"cluster_id": "c", "kind": "link", "node_id": node, "rank": None, "ranks": [2, 3], "episodes": [
+            {"cluster_id": "c", "kind": "link", "node_id": node[0] if isinstance(node, tuple) else node,
+             "peer_node_id": node[1] if isinstance(node, tuple) else None,
+             "rank": None, "ranks": [2, 3], "episodes": [
                 {"step": k, "timestamp_ns": k * STEP_NS + OFFSET_NS + 3_000_000, "ranks": [2, 3],
                  "cause": "slow_link"} for k in steps]}
             for node, steps in entries
@@ -67,3 +70,22 @@ def test_a_link_named_by_rank_is_right_on_its_node() -> None:
     reply["stragglers"][0] |= {"rank": 3, "ranks": [3]}
     s = score_links(truth([3, 7]), reply)
     assert (s.true_positives, s.node_right, s.named) == (2, 2, ("rank 3 (node-b)",))
+
+
+def test_a_node_pair_holding_the_faulted_node_is_right() -> None:
+    """The link between two nodes (both ends of the only slow path finished late alike) holds node-b."""
+    s = score_links(truth([3, 7, 11]), answer([(("node-a", "node-b"), [3, 7, 11])]))
+    assert (s.true_positives, s.node_right, s.named) == (3, 3, ("node-a<->node-b",))
+
+
+def test_a_pair_without_the_faulted_node_two_single_nodes_or_none_are_wrong() -> None:
+    s = score_links(truth([3, 7, 11]), answer([(("node-a", "node-c"), [3]), ("node-a", [7]), ("node-b", [7]),
+                                               (None, [11])]))  # fmt: skip
+    assert (s.true_positives, s.false_positives, s.node_right) == (3, 0, 0)
+    assert s.named == ("-", "node-a", "node-a<->node-c", "node-b")
+
+
+def test_a_pair_beside_another_link_at_the_step_is_wrong() -> None:
+    """Right means one link at the step: a pair holding node-b and a second link named there is not."""
+    s = score_links(truth([3, 7]), answer([(("node-a", "node-b"), [3, 7]), ("node-c", [7])]))
+    assert (s.true_positives, s.node_right) == (2, 1)

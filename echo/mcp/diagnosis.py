@@ -118,7 +118,8 @@ class Diagnosis:
             "stragglers": stragglers[:MAX_STRAGGLERS],
             "stragglers_total": len(stragglers),
             "isolated_late_episodes": [
-                {k: s[k] for k in ISOLATED_FIELDS} for s in noise
+                {k: s[k] for k in ISOLATED_FIELDS} | {k: s[k] for k in ("peer_node_id",) if k in s}
+                for s in noise  # a link between two nodes keeps its second node
             ][:MAX_STRAGGLERS],
             "truncated": cut or links_cut or len(stragglers) > MAX_STRAGGLERS,
         }

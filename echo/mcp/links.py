@@ -1,7 +1,8 @@
 """Slow links as find_stragglers reports them: rows of ``rk_links`` (echo/queries/layers/65_links.sql) in,
 entries shaped like a straggler's out (``kind: 'link'``, ``node_id`` the node the data singles out or None,
-``rank`` the rank whose own link send/recv pairs single out, else None), so one answer says what held the
-job back, a late rank or a slow transfer.
+``peer_node_id`` the other node when the data singles out a node pair (the link between the two: node_id
+the lesser name), else None, ``rank`` the rank whose own link send/recv pairs single out, else None), so
+one answer says what held the job back, a late rank or a slow transfer.
 
     entry = link_entry(row, cluster, rate=2.5, currency="USD")  # cluster: find_stragglers' cluster entry
     entry["link"]["inter_node"]  # True: the slow communicators span nodes (a NIC, the network)
@@ -20,6 +21,10 @@ if TYPE_CHECKING:
 NEXT_STEP = (
     "check the named node's NICs and links (ibstat / ethtool error counters, switch port congestion; "
     "NVLink: nvidia-smi nvlink -e) and run nccl-tests between it and a healthy node"
+)
+PAIR_STEP = (
+    "run nccl-tests between node {a} and node {b} alone, and check both nodes' NICs (ibstat / ethtool error "
+    "counters) and the switch path between them (port congestion, errors on either uplink)"
 )
 UNLOCALISED_STEP = (
     "every node finished the slow steps alike, so the data cannot single one out: run nccl-tests across "
@@ -55,6 +60,7 @@ def link_entry(
         "cluster_id": row["cluster_id"],
         "kind": "link",
         "node_id": row["node_id"],
+        "peer_node_id": row["peer_node_id"],
         "rank": row["rank"],
         "ranks": row["ranks"] or [],
         "side": "link",
@@ -66,16 +72,28 @@ def link_entry(
         "link": {"inter_node": row["inter_node"], "communicators": row["communicators"] or [],
                  "transfer_ms": _round(row["transfer_ms"]),
                  "typical_transfer_ms": _round(row["typical_transfer_ms"])},
-        "next_step": NEXT_STEP if row["node_id"] is not None else UNLOCALISED_STEP,
+        "next_step": next_step(row),
     }  # fmt: skip
     entry["summary"] = summary(entry, cluster.get("steps"))
     return entry
+
+
+def next_step(row: dict[str, Any]) -> str:
+    """What to check: the named node's links, the path between a pair's two nodes, or (nobody singled out)
+    node pairs one by one."""
+    if row["node_id"] is None:
+        return UNLOCALISED_STEP
+    if row.get("peer_node_id") is not None:
+        return PAIR_STEP.format(a=row["node_id"], b=row["peer_node_id"])
+    return NEXT_STEP
 
 
 def who(s: dict[str, Any]) -> str:
     where = "inter-node" if s["link"]["inter_node"] else "intra-node"
     if s["node_id"] is None:
         return f"a slow {where} link (not localised to a node)"
+    if s.get("peer_node_id") is not None:
+        return f"a slow {where} link between node {s['node_id']} and node {s['peer_node_id']}"
     if s["rank"] is not None:
         return f"a slow {where} link at rank {s['rank']} (node {s['node_id']})"
     return f"a slow {where} link at node {s['node_id']}"

@@ -146,8 +146,9 @@ def build_server(inv: Investigation, token: str | None = None) -> FastMCP:
         healthy job says 'no straggler'. Late episodes too few or small to be told from noise are listed
         apart under isolated_late_episodes. With links=true, slow links come in the same list, after the
         ranks and nodes: kind 'link' (every rank on time, the transfer slow), node_id the node the data
-        singles out (null: not localised), rank the rank whose own link send/recv pairs single out (else
-        null), late_ms the extra transfer per slow step, and link
+        singles out (null: not localised), peer_node_id the other node when it singles out a node pair (the
+        link between node_id and it; else null), rank the rank whose own link send/recv pairs single out
+        (else null), late_ms the extra transfer per slow step, and link
         (inter_node, communicators, transfer_ms against typical_transfer_ms). When the window holds no agent
         data, no_data says for which clusters and times there is (an empty answer is then not a healthy
         job)."""

@@ -126,8 +126,9 @@ LIMIT $max_rows;
 SELECT rk_cause_excess($mine, $peers) AS excess, rk_top_cause(rk_cause_excess($mine, $peers)) AS top;
 
 -- name: find_links
--- The slow links of every cluster in the window (rk_links: kind 'link', named by node; node_id NULL when
--- the data singles out none), significant ones first, each with its latest $max_episodes slow steps.
+-- The slow links of every cluster in the window (rk_links: kind 'link', named by node, node pair or rank;
+-- node_id NULL when the data singles out none), significant ones first, each with its latest $max_episodes
+-- slow steps.
 SELECT * REPLACE (list_slice(episode_list, -$max_episodes, -1) AS episode_list)
 FROM rk_links($start_ns, $end_ns, $cluster_id, min_late_ms := $min_late_ms, job := $job_id)
 LIMIT $max_rows;

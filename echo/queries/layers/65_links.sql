@@ -14,13 +14,16 @@
 -- slow for all alike), the episode is reported with node_id NULL. The link is inter-node (a NIC, the
 -- network) when an instance over every node took the threshold longer than usual (its completion is the
 -- earliest rank's: only a slower transfer of its own moves it), or no intra-node one was slow; intra-node
--- (NVLink, PCIe) otherwise.
+-- (NVLink, PCIe) otherwise. Two nodes named at a step are one link between the two (node_id the lesser
+-- name, peer_node_id the greater), and so is an unlocalised inter-node link in a cluster of two nodes: both
+-- ends of the one slow path finished late alike, so the pair is the most the data singles out (per-peer
+-- timing, e.g. NCCL's profiler plugin, could tell its two ends apart).
 -- Send/recv pairs (pipeline stages) time a link between two ranks: a pair's transfer is its completion (the
 -- earlier of its two ends' completions) less the later of its two arrivals, and its slot (communicator,
 -- sender, receiver) does the same work every step. Where pairs are slow at a step, they name the link: the
 -- one rank in every slow pair (a rank's own link, when its slow pairs have more than one partner), else the
--- one node in every slow pair (a NIC), else the nodes of the slow pairs. Jobs without send/recv are
--- judged by their collectives alone, as above.
+-- one node in every slow pair (a NIC), else the nodes of the slow pairs (two: the link between them).
+-- Jobs without send/recv are judged by their collectives alone, as above.
 
 -- name: rk_link_tuning
 -- Every number the slow-link analysis is tuned by, in one place: a rank lags at a slow step when its lag
@@ -108,14 +111,15 @@ GROUP BY cluster_id, causal_chain_id
 HAVING count(*) FILTER (WHERE op = 'ncclSend') = 1 AND count(*) FILTER (WHERE op = 'ncclRecv') = 1;
 
 -- name: rk_links
--- One row per slow link (kind 'link'), named by node (node_id NULL: not localised) or, where send/recv
--- pairs single one out, by rank (rank and its node_id; NULL otherwise), with the columns
--- rk_stragglers gives a straggler: ranks (the node's), episodes and episode_list ({step, causal_chain_id
+-- One row per slow link (kind 'link'), named by node (node_id NULL: not localised), by node pair (the link
+-- between node_id and peer_node_id; NULL otherwise) or, where send/recv pairs single one out, by rank
+-- (rank and its node_id; NULL otherwise), with the columns rk_stragglers gives a straggler: ranks (the
+-- node's, both of a pair's nodes'), episodes and episode_list ({step, causal_chain_id
 -- of the slowest instance, timestamp_ns = its first arrival, late_by_ms = the extra transfer, side and
 -- cause 'link', ranks that finished late, crowded false}), median/p95/max extra transfer (ms), period and
 -- its confidence (the commonest gap between slow steps, the share of gaps that are it), cause
 -- 'slow_link', imposed_gpu_s (the extra transfer times the ranks that waited in it, shared among the
--- nodes named at a step), significant (min_steps slow steps), share of steps; and inter_node,
+-- links named at a step), significant (min_steps slow steps), share of steps; and inter_node,
 -- communicators (those with slow instances: the slowed ones and those sharing a sync with them),
 -- transfer_ms / typical_transfer_ms (of each step's slowest instance, medians over the episodes). A step
 -- with slow send/recv pairs is judged by them (its episode: the slowest pair's chain id and extra
@@ -243,7 +247,7 @@ pair_named AS (
     FROM by_node b LEFT JOIN node_ranks k USING (cluster_id, node_id)
 ),
 step_first AS (SELECT cluster_id, step, min(first_c) AS first_c FROM rp WHERE first GROUP BY ALL),
-entity_steps AS (  -- a step's slow pairs name its link when it has any; its collectives otherwise
+named_steps AS (  -- a step's slow pairs name its link when it has any; its collectives otherwise
     SELECT * FROM collective_steps ANTI JOIN pair_steps USING (cluster_id, step)
     UNION ALL BY NAME
     SELECT s.cluster_id, s.step, s.extra_ns, s.causal_chain_id, f.first_c AS timestamp_ns, s.transfer_ns,
@@ -251,19 +255,45 @@ entity_steps AS (  -- a step's slow pairs name its link when it has any; its col
            n.rank, n.node_ranks, s.pair_ranks AS late_ranks, n.named_nodes
     FROM pair_steps s JOIN pair_named n USING (cluster_id, step) LEFT JOIN step_first f USING (cluster_id, step)
 ),
+cluster_pair AS (  -- a cluster of exactly two nodes: the pair an unlocalised inter-node link lies between
+    SELECT cluster_id, min(node_id) AS node_a, max(node_id) AS node_b,
+           list_sort(list_distinct(list(rank))) AS ranks
+    FROM r GROUP BY ALL HAVING count(DISTINCT node_id) = 2
+),
+linked AS (  -- each named row's link: exactly two nodes named by node at a step are one link between the two,
+    -- and so is an unlocalised inter-node link in a two-node cluster (node_id the lesser name, peer_node_id
+    -- the greater); a single node, a rank, or an unlocalised link over more nodes has no peer
+    SELECT e.* EXCLUDE (node_id, node_ranks),
+           CASE WHEN e.two_named THEN min(e.node_id) OVER w WHEN e.unlocalised THEN c.node_a
+                ELSE e.node_id END AS node_id,
+           CASE WHEN e.two_named THEN max(e.node_id) OVER w WHEN e.unlocalised THEN c.node_b END AS peer_node_id,
+           CASE WHEN e.unlocalised AND c.ranks IS NOT NULL THEN c.ranks ELSE e.node_ranks END AS node_ranks
+    FROM (SELECT *, rank IS NULL AND node_id IS NOT NULL AND named_nodes = 2 AS two_named,
+                 node_id IS NULL AND inter_node AS unlocalised
+          FROM named_steps) e
+    LEFT JOIN cluster_pair c USING (cluster_id)
+    WINDOW w AS (PARTITION BY e.cluster_id, e.step)
+),
+entity_steps AS (  -- one row per (link, slow step); named_links: the links named at the step
+    SELECT *, count(*) OVER (PARTITION BY cluster_id, step) AS named_links
+    FROM (SELECT * EXCLUDE (node_ranks, late_ranks, named_nodes, two_named, unlocalised),
+                 list_sort(list_distinct(flatten(list(node_ranks)))) AS node_ranks,
+                 list_sort(list_distinct(flatten(list(late_ranks)))) AS late_ranks
+          FROM linked GROUP BY ALL)
+),
 gaps AS (
-    SELECT cluster_id, node_id, rank,
-           step - lag(step) OVER (PARTITION BY cluster_id, node_id, rank ORDER BY step) AS gap
+    SELECT cluster_id, node_id, peer_node_id, rank,
+           step - lag(step) OVER (PARTITION BY cluster_id, node_id, peer_node_id, rank ORDER BY step) AS gap
     FROM entity_steps
 ),
 periods AS (
-    SELECT cluster_id, node_id, rank, mode(gap) AS period,
+    SELECT cluster_id, node_id, peer_node_id, rank, mode(gap) AS period,
            count(*) FILTER (WHERE gap = mode_gap) / count(*) AS period_confidence
-    FROM (SELECT *, mode(gap) OVER (PARTITION BY cluster_id, node_id, rank) AS mode_gap
+    FROM (SELECT *, mode(gap) OVER (PARTITION BY cluster_id, node_id, peer_node_id, rank) AS mode_gap
           FROM gaps WHERE gap IS NOT NULL)
     GROUP BY ALL
 )
-SELECT e.cluster_id, 'link' AS kind, e.node_id, e.rank,
+SELECT e.cluster_id, 'link' AS kind, e.node_id, e.peer_node_id, e.rank,
        list_sort(list_distinct(flatten(list(e.node_ranks)))) AS ranks, count(*) AS episodes,
        list({'step': e.step, 'causal_chain_id': e.causal_chain_id, 'timestamp_ns': e.timestamp_ns,
              'late_by_ms': round(e.extra_ns / 1e6, 3), 'side': 'link', 'cause': 'slow_link', 'ranks': e.late_ranks,
@@ -271,7 +301,7 @@ SELECT e.cluster_id, 'link' AS kind, e.node_id, e.rank,
        median(e.extra_ns) / 1e6 AS median_late_ms, quantile_cont(e.extra_ns, 0.95) / 1e6 AS p95_late_ms,
        max(e.extra_ns) / 1e6 AS max_late_ms, 'slow_link' AS cause, 'link' AS side,
        map(['slow_link'], [count(*)]) AS causes,
-       sum(e.extra_ns * e.n / e.named_nodes) / 1e9 AS imposed_gpu_s,
+       sum(e.extra_ns * e.n / e.named_links) / 1e9 AS imposed_gpu_s,
        count(*) >= any_value(t.min_steps) AS significant, count(*) / any_value(e.steps) AS share,
        any_value(p.period) AS period, any_value(p.period_confidence) AS period_confidence,
        bool_and(e.inter_node) AS inter_node, list_distinct(flatten(list(e.comms))) AS communicators,
@@ -279,6 +309,6 @@ SELECT e.cluster_id, 'link' AS kind, e.node_id, e.rank,
 FROM entity_steps e
 CROSS JOIN rk_link_tuning() t
 LEFT JOIN periods p ON p.cluster_id = e.cluster_id AND p.node_id IS NOT DISTINCT FROM e.node_id
-                   AND p.rank IS NOT DISTINCT FROM e.rank
-GROUP BY e.cluster_id, e.node_id, e.rank
-ORDER BY e.cluster_id, significant DESC, imposed_gpu_s DESC, e.node_id, e.rank;
+                   AND p.peer_node_id IS NOT DISTINCT FROM e.peer_node_id AND p.rank IS NOT DISTINCT FROM e.rank
+GROUP BY e.cluster_id, e.node_id, e.peer_node_id, e.rank
+ORDER BY e.cluster_id, significant DESC, imposed_gpu_s DESC, e.node_id, e.peer_node_id, e.rank;
