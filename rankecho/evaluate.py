@@ -347,9 +347,20 @@ def run(args: argparse.Namespace) -> int:
 
             shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
+        args.json.write_text(results_json(results))
     print(tables(results) if args.markdown else "\n".join(all_verdicts(results)) or "every target met")
     return exitcodes.OK if not all_verdicts(results) else exitcodes.FAILED
+
+
+def results_json(results: list[ScenarioResult]) -> str:
+    """``--json``'s file: every result as a JSON object (sets, such as ``spilled``, as sorted lists)."""
+
+    def plain(value: object) -> object:
+        if isinstance(value, (set, frozenset)):
+            return sorted(value)
+        raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+    return json.dumps([asdict(r) for r in results], indent=1, default=plain) + "\n"
 
 
 def tables(results: list[ScenarioResult]) -> str:

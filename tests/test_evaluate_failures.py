@@ -4,7 +4,9 @@ failure named on a straggler scenario misses a target, and a scenario's failures
 
 from __future__ import annotations
 
-from rankecho.evaluate import ScenarioResult, all_verdicts, markdown, tables
+import json
+
+from rankecho.evaluate import ScenarioResult, all_verdicts, markdown, results_json, tables
 from rankecho.evaluate_failures import describe_fault
 from rankecho.sim.scenario import Fault
 from rankecho.sim.score_failures import FailureScore
@@ -63,3 +65,14 @@ def test_a_named_link_is_scored_by_the_link_table_not_called_a_fault_free_name()
     assert no_link.unexplained == {"link node-b"}
     assert "slow-nic: named ['link node-b'] with no fault" in all_verdicts([no_link])
     assert not any("with no fault" in v for v in all_verdicts([with_link]))
+
+
+def test_the_json_file_holds_every_result_with_its_spilled_names_sorted() -> None:
+    """``rankecho evaluate --json`` wrote ``asdict`` through ``json.dumps``, which refused the ``spilled``
+    set and lost the run's table with it."""
+    base = result("skew", FailureScore(), False)
+    spilled = ScenarioResult(**{**base.__dict__, "spilled": {"rank 7", "node-b"}})
+    back = json.loads(results_json([spilled, result("crash", CRASH_RIGHT, True)]))
+    assert [r["scenario"] for r in back] == ["skew", "crash"]
+    assert back[0]["spilled"] == ["node-b", "rank 7"] and back[1]["spilled"] == []
+    assert back[1]["failures"]["named"] == ["crashes"]
