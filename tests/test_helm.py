@@ -33,6 +33,8 @@ from helm_render import env_of as _env
 from helm_render import flag as _flag
 from helm_render import with_tls as _with_tls
 
+from rankecho.echo.settings import settings_from_args
+
 
 # --- The chart's files ---------------------------------------------------------------------------
 def test_chart_yaml_is_a_valid_v2_chart() -> None:
@@ -260,3 +262,15 @@ def test_helm_lint_and_template_render_the_chart() -> None:
 def test_helm_template_without_cluster_id_names_the_fix() -> None:
     done = helm("template", "t", str(CHART), "--set", "auth.token=t")
     assert done.returncode != 0 and "set clusterId" in done.stderr
+
+
+def test_memory_limit_bounds_the_whole_process_when_set() -> None:
+    """``echo.memoryLimit`` passes ``--memory-limit`` (Echo's RSS budget) and, with ``duckdbMemoryLimit``
+    emptied, leaves DuckDB's share to Echo; the CLI accepts the result and gives DuckDB the budget's share."""
+    vals = values()
+    vals["echo"]["memoryLimit"], vals["echo"]["duckdbMemoryLimit"] = "2700MB", ""
+    args = list(container(manifests(vals)["StatefulSet"])["args"])
+    assert args[args.index("--memory-limit") + 1] == "2700MB" and "--duckdb-memory-limit" not in args
+    args = [_ARG_STANDINS[args[i - 1]] if a == PLACEHOLDER else a for i, a in enumerate(args)]
+    parsed = _subcommand_parser(args[0]).parse_args(args[1:])
+    assert settings_from_args(parsed, {"RANKECHO_TOKEN": "t"}).store_memory_limit == "1805MiB"
