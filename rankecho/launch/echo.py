@@ -43,7 +43,8 @@ class EchoProcess:
         self.db = Path(db)
         self.source = source
         """Another checkout of rankecho to run instead of the installed one (benchmarks compare two
-        revisions side by side): its root goes first on ``PYTHONPATH``."""
+        revisions side by side): the child runs in its root (``python -m`` puts the working directory
+        first on ``sys.path``, before ``PYTHONPATH``), which also goes first on ``PYTHONPATH``."""
         self.token = token
         self.grpc_port = grpc_port
         self.log = log or self.db.with_suffix(".echo.log")
@@ -65,7 +66,7 @@ class EchoProcess:
             "rankecho",
             "serve",
             "--db",
-            str(self.db),
+            str(self.db if self.source is None else self.db.absolute()),  # the child runs in source
             "--otlp-grpc",
             f"127.0.0.1:{self.grpc_port}",
             "--otlp-http",
@@ -85,7 +86,9 @@ class EchoProcess:
         if self.source is not None:
             env["PYTHONPATH"] = os.pathsep.join([str(self.source.resolve()), env.get("PYTHONPATH", "")])
         log = self.log.open("ab")
-        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log, env=env)
+        self.proc = subprocess.Popen(
+            self.command(), stdout=subprocess.PIPE, stderr=log, env=env, cwd=self.source
+        )
         log.close()
         line = self._ready_line()
         ready = json.loads(line)
