@@ -258,6 +258,8 @@ def test_schema_resource_documents_columns_and_examples(con: duckdb.DuckDBPyConn
     assert {"rk_stragglers", "rk_instances", "rk_clock_offsets", "rk_episodes"} <= set(layers)
     assert layers["rk_clock_offsets"]["parameters"] == ["start_ns", "end_ns", "cluster", "job := NULL"]
     assert all(layer["purpose"] for layer in layers.values())
+    parameters = {p["name"]: p for p in doc["analysis_parameters"]}  # the tuning table, name, value, why
+    assert parameters["noise_sigmas"]["value"] == 6 and all(p["why"] for p in parameters.values())
     columns = {c["name"]: c for c in doc["tables"][0]["columns"]}
     assert columns["timestamp_ns"]["unit"].startswith("ns") and columns["timestamp_ns"]["type"] == "BIGINT"
     assert all(c["meaning"] for c in columns.values())

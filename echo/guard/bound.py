@@ -104,10 +104,17 @@ def _database(policy: Policy) -> duckdb.DuckDBPyConnection:
         for name in sorted(policy.relations - {name for (name,) in tables}):
             con.execute(f'CREATE TABLE "{name}" (value VARCHAR)')
         for name, layer in LAYERS.items():  # the macros the workers define (TEMP there, per connection)
-            if policy.allows_table_function(name) or name in policy.project_functions:
+            if layer.is_macro and (policy.allows_table_function(name) or name in policy.project_functions):
                 con.execute(layer.sql.replace("TEMP MACRO", "MACRO", 1))
         _databases[policy] = con
         return con
+
+
+def _layer_settings() -> list[str]:
+    """The analysis layers' statements that are no macro (the parameter table's ``SET VARIABLE``)."""
+    from rankecho.echo.queries import LAYERS
+
+    return [layer.sql for layer in LAYERS.values() if not layer.is_macro]
 
 
 def binder(policy: Policy) -> duckdb.DuckDBPyConnection:
@@ -117,6 +124,8 @@ def binder(policy: Policy) -> duckdb.DuckDBPyConnection:
     if cur is None:
         cur = _database(policy).cursor()
         cur.execute(f"USE {CATALOG}")
+        for statement in _layer_settings():  # per connection, as in the workers: the parameter table
+            cur.execute(statement)
         cur.execute("PRAGMA disable_optimizer")
         cursors[policy] = cur
     return cur

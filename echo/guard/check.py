@@ -32,12 +32,13 @@ _DDL_NAME = re.compile(
 @functools.cache
 def project_policy() -> Policy:
     """Tables and views created by the project's own migrations (``echo/migrations/*.sql``), and the
-    straggler analysis's table macros (``echo/queries/layers``), which read only those tables."""
+    straggler analysis's table and scalar macros (``echo/queries/layers``), which read only those tables."""
     names: set[str] = set()
     for path in sorted(MIGRATIONS.glob("*.sql")):
         names.update(_DDL_NAME.findall(path.read_text(encoding="utf-8")))
     tables = [name for name, layer in LAYERS.items() if _TABLE_MACRO.search(layer.sql)]
-    return Policy.for_relations(names, tables, [name for name in LAYERS if name not in tables])
+    functions = [name for name, layer in LAYERS.items() if layer.is_macro and name not in tables]
+    return Policy.for_relations(names, tables, functions)
 
 
 def check_sql(sql: str, policy: Policy | None = None) -> str:

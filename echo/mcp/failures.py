@@ -1,9 +1,9 @@
 """Hangs, crashes and desyncs: failures that stop a job rather than slow it (``fleet.cluster.find_hangs``).
 
 A straggler arrives late; these never arrive (a hang), leave (a crash) or arrive at a different collective
-(a desync). The analysis is named SQL (``echo/queries/layers/60_failures.sql``, thresholds in
-``rk_failure_tuning``); this module turns its rows into bounded answers with one sentence each, for the MCP
-tool and for ``rankecho diagnose``, which prints them before the stragglers.
+(a desync). The analysis is named SQL (``echo/queries/layers/60_failures.sql``, thresholds
+``hang_min_ns`` and ``hang_steps`` of ``rk_params``); this module turns its rows into bounded answers with
+one sentence each, for the MCP tool and for ``rankecho diagnose``, which prints them before the stragglers.
 
 Usage::
 

@@ -2,8 +2,9 @@
 
 Served as the MCP resource ``rankecho://schema``. Column names and types come from the live database
 (so a migration cannot leave this stale); meanings and units are written here; the analysis layers are
-listed with their parameters and docstrings (``echo/queries/layers``); examples are the fan-in proof's
-four queries and the named ``example_*`` queries of ``echo/queries``.
+listed with their parameters and docstrings (``echo/queries/layers``), and their tuning parameters
+(name, value, why) from the live ``rk_params()`` table; examples are the fan-in proof's four queries and
+the named ``example_*`` queries of ``echo/queries``.
 
 Usage::
 
@@ -53,7 +54,9 @@ GUIDE = (
     "One row per event in `events`. Filter on timestamp_ns (nanoseconds) and node_id/metric_name first; "
     "aggregate before returning rows (results are capped). Use quantile_cont for medians/percentiles, "
     "json_extract_string for attributes, window functions for per-rank lag. The straggler analysis is "
-    "available as table functions (analysis_layers), e.g. FROM rk_stragglers(NULL, NULL, NULL); its typed "
+    "available as table functions (analysis_layers), e.g. FROM rk_stragglers(NULL, NULL, NULL); every "
+    "number it is tuned by is in analysis_parameters (FROM rk_params(), or rk_param('noise_sigmas') in SQL); "
+    "its typed "
     "inputs are the collectives and host_activity tables, whose stack ids join the stacks table (LEFT JOIN: "
     "a stack may be cited before it is stored). Only SELECT over the tables and functions listed "
     "here runs; files, URLs and DuckDB's catalog are refused."
@@ -81,6 +84,10 @@ def schema_document(reader: Reader) -> dict[str, Any]:
         for layer in LAYERS.values()
         if (m := _MACRO.search(layer.sql))
     ]
+    parameters = [
+        {"name": name, "value": value, "why": why}
+        for name, value, why in reader.query("SELECT name, value, why FROM rk_params()").rows
+    ]
     metrics = sorted(
         value for key, value in vars(contract).items() if key.startswith("M_") and isinstance(value, str)
     )
@@ -92,6 +99,7 @@ def schema_document(reader: Reader) -> dict[str, Any]:
         "guide": GUIDE,
         "tables": tables,
         "analysis_layers": layers,
+        "analysis_parameters": parameters,
         "metric_names": metrics,
         "examples": examples,
     }

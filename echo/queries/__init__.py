@@ -29,6 +29,7 @@ from typing import Any
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _PARAM = re.compile(r"\$([A-Za-z_]\w*)")
+_MACRO = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+)?MACRO\b", re.IGNORECASE)
 OPTIONAL: Mapping[str, Any] = {"job_id": None}
 """Parameters a caller may leave out: ``$job_id`` NULL = every job (the analysis layers' ``job := NULL``)."""
 
@@ -49,6 +50,12 @@ class NamedQuery:
         if missing or extra:
             raise KeyError(f"query {self.name}: missing parameters {missing}, unknown parameters {extra}")
         return values
+
+    @property
+    def is_macro(self) -> bool:
+        """A ``CREATE ... MACRO`` (a function callers may name), not a setting such as the parameter
+        table's ``SET VARIABLE`` (``layers/00_params.sql``)."""
+        return _MACRO.match(self.sql) is not None
 
 
 def parse_named(text: str) -> dict[str, NamedQuery]:

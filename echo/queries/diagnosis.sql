@@ -33,7 +33,7 @@ LIMIT $max_rows;
 
 -- name: held_back_streams
 -- The streams of agents that attached mid-run or restarted that the alignment held back (too few steps,
--- or another shift fits about as well: rk_alignment_tuning): left out of every cross-rank comparison
+-- or another shift fits about as well: the align_* parameters of rk_params): left out of every cross-rank comparison
 -- until more data arrives. Per stream: where, the steps observed and why.
 SELECT cluster_id, node_id, rank, comm_id, stream_steps AS steps, held_reason AS reason
 FROM rk_stream_placement($start_ns, $end_ns, $cluster_id, job := $job_id)

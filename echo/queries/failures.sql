@@ -4,8 +4,8 @@
 
 -- name: find_open_hangs
 -- Open instances older than their hang threshold at $now_ns whose missing ranks are still alive, oldest
--- first; $min_open_ns NULL = the threshold from rk_failure_tuning and the job's step time. doing: what each
--- missing rank reported doing at its latest heartbeat since the instance opened (rk_rank_states).
+-- first; $min_open_ns NULL = the threshold from hang_min_ns / hang_steps (rk_params) and the job's step
+-- time. doing: what each missing rank reported doing at its latest heartbeat since the instance opened (rk_rank_states).
 WITH h AS (
     SELECT * FROM rk_hangs($start_ns, $end_ns, $cluster_id, $now_ns, min_open_ns := $min_open_ns, job := $job_id)
 ),

@@ -12,15 +12,16 @@
 -- name: rk_collective_rows
 -- One row per collective call in the window (send/recv left out: they pair two ranks, they do not
 -- make everyone wait), with its stream: one process's calls on one communicator as one agent run
--- numbered them. The window is read 5 s wider on each side so clock offsets do not cut instances.
+-- numbered them. The window is read clock_margin_ns (5 s) wider on each side so clock offsets do not
+-- cut instances.
 CREATE OR REPLACE TEMP MACRO rk_collective_rows(start_ns, end_ns, cluster, job := NULL) AS TABLE
 SELECT cluster_id, node_id, rank, pid, process_start_ns, agent_instance, tid, op, comm_id, seq, seq_aligned, bytes,
        enter_ns, return_ns, complete_ns, causal_chain_id, stream_key AS stream, inst_key, node_key, thread_key
 FROM collectives
 WHERE op IN ('ncclAllReduce', 'ncclAllGather', 'ncclReduceScatter', 'ncclBroadcast', 'ncclBcast', 'ncclReduce')
   AND comm_id IS NOT NULL AND seq IS NOT NULL AND rank IS NOT NULL
-  AND (start_ns IS NULL OR enter_ns >= start_ns - 5000000000)
-  AND (end_ns IS NULL OR enter_ns < end_ns + 5000000000)
+  AND (start_ns IS NULL OR enter_ns >= start_ns - rk_param('clock_margin_ns'))
+  AND (end_ns IS NULL OR enter_ns < end_ns + rk_param('clock_margin_ns'))
   AND (cluster IS NULL OR cluster_id = cluster)
   AND (job IS NULL OR job_id = job);
 
@@ -31,35 +32,30 @@ WHERE op IN ('ncclAllReduce', 'ncclAllGather', 'ncclReduceScatter', 'ncclBroadca
 CREATE OR REPLACE TEMP MACRO rk_group_position(complete_ns, prev_complete_ns, seq) AS
 CASE WHEN complete_ns IS DISTINCT FROM prev_complete_ns THEN seq END;
 
--- name: rk_alignment_tuning
--- Every number the realignment is tuned by, in one place. A fit pairs each of an unaligned stream's first
--- sample_calls completed calls with the same-shaped calls of a reference stream within pair_window_ns;
--- a shift is eligible when it pairs at least min_share of that sample and its completions then differ
--- from the reference's by a constant within max_fit_ns (mean deviation). Fits within tie_ratio x the best
--- + tie_ns are about as good: the smallest clock offset decides among them. A shift is accepted only on
--- evidence: min_steps completion groups (steps) paired, and no other shift of the same reference left
--- standing, i.e. none that fits within margin_ratio x the chosen fit + margin_ns and whose clock offset
--- is less than offset_margin_ns larger: with a few steps some wrong shift among the dozens in the pair
--- window always fits about as well (the healthy-long-steps CI failure: 5 steps seen, realigned one step
--- off, node-a named late). On the stored runs of the scenario set every realigned stream still passes
--- with twice these margins. A stream refused so is held back ('held_back') until more data arrives;
--- an anchor (an unaligned reference) needs more than min_steps steps.
-CREATE OR REPLACE TEMP MACRO rk_alignment_tuning() AS TABLE
-SELECT 256 AS sample_calls, CAST(5000000000 AS BIGINT) AS pair_window_ns, 0.5 AS min_share,
-       2000000 AS max_fit_ns, 1.5 AS tie_ratio, 50000 AS tie_ns, 8 AS min_steps, 2.0 AS margin_ratio,
-       200000 AS margin_ns, 2000000 AS offset_margin_ns;
-
 -- name: rk_stream_placement
 -- One row per stream an agent numbered on its own (attached mid-run or restarted): the communicator
 -- key and sequence shift that put it on the cluster's common numbering, and how (method): 'realigned'
 -- (fitted to a reference stream; fit_ns is the fit's mean deviation: a right shift leaves only
 -- completion noise), 'anchor' (no aligned stream matches: it becomes the reference of its
 -- communicator, steps counted from what was observed), 'held_back' (a fit or anchor without enough
--- evidence, see rk_alignment_tuning: comm_key NULL, held_reason says why, left out of cross-rank
+-- evidence, see the align_* parameters of rk_params: comm_key NULL, held_reason says why, left out of cross-rank
 -- comparisons and never a reference until more data arrives), 'unmatched' (no reference fits: comm_key
 -- NULL, left out). fit_*: the chosen fit (steps it paired, its clock offset); rival_*: the other shift
 -- that left it ambiguous, if that is why it was held back. Streams whose agent saw the communicator created are 'aligned' as they are and not listed;
 -- only clusters with unaligned streams pay for the fitting.
+-- The fit (parameters align_* of rk_params): each of an unaligned stream's first align_sample_calls
+-- completed calls is paired with the same-shaped calls of a reference stream within align_pair_window_ns;
+-- a shift is eligible when it pairs at least align_min_share of that sample and its completions then
+-- differ from the reference's by a constant within align_max_fit_ns (mean deviation). Fits within
+-- align_tie_ratio x the best + align_tie_ns are about as good: the smallest clock offset decides among
+-- them. A shift is accepted only on evidence: align_min_steps completion groups (steps) paired, and no
+-- other shift of the same reference left standing, i.e. none that fits within align_margin_ratio x the
+-- chosen fit + align_margin_ns and whose clock offset is less than align_offset_margin_ns larger: with a
+-- few steps some wrong shift among the dozens in the pair window always fits about as well (the
+-- healthy-long-steps CI failure: 5 steps seen, realigned one step off, node-a named late). On the stored
+-- runs of the scenario set every realigned stream still passes with twice these margins. A stream refused
+-- so is held back ('held_back') until more data arrives; an anchor (an unaligned reference) needs more
+-- than align_min_steps steps.
 CREATE OR REPLACE TEMP MACRO rk_stream_placement(start_ns, end_ns, cluster, job := NULL) AS TABLE
 WITH fitting AS (  -- clusters with a stream to fit; the rest (usually all) cost one scan of a flag
     SELECT DISTINCT cluster_id FROM rk_collective_rows(start_ns, end_ns, cluster, job := job) WHERE NOT seq_aligned
@@ -86,7 +82,7 @@ refs AS MATERIALIZED (
      ORDER BY cluster_id, comm_id, op, bytes, stream_rows DESC, rank, stream)
     UNION ALL
     (SELECT DISTINCT ON (cluster_id, op, bytes) cluster_id, comm_id, seq_aligned, stream AS ref_stream
-     FROM streams CROSS JOIN rk_alignment_tuning() t WHERE NOT seq_aligned AND stream_steps > t.min_steps
+     FROM streams WHERE NOT seq_aligned AND stream_steps > rk_param('align_min_steps')
      ORDER BY cluster_id, op, bytes, stream_rows DESC, rank, stream)
 ),
 fit_rows AS MATERIALIZED (  -- the rows the fit reads: unaligned streams and references, with pos
@@ -104,12 +100,12 @@ sample AS MATERIALIZED (  -- the first completed calls of each unaligned stream,
         SELECT f.*, row_number() OVER (PARTITION BY f.stream ORDER BY f.seq) AS nth
         FROM fit_rows f JOIN streams s USING (stream)
         WHERE NOT f.seq_aligned AND f.complete_ns > s.first_complete)
-    WHERE nth <= (SELECT sample_calls FROM rk_alignment_tuning())
+    WHERE nth <= rk_param('align_sample_calls')
 ),
 sample_size AS (SELECT stream, count(*) AS size FROM sample GROUP BY stream),
-span AS (SELECT s.cluster_id, min(s.complete_ns) - any_value(t.pair_window_ns) AS lo,
-                max(s.complete_ns) + any_value(t.pair_window_ns) AS hi
-         FROM sample s CROSS JOIN rk_alignment_tuning() t GROUP BY s.cluster_id),
+span AS (SELECT cluster_id, min(complete_ns) - rk_param('align_pair_window_ns') AS lo,
+                max(complete_ns) + rk_param('align_pair_window_ns') AS hi
+         FROM sample GROUP BY cluster_id),
 ref_rows AS MATERIALIZED (
     SELECT r.cluster_id, r.stream, r.op, r.bytes, r.pos, r.seq, r.complete_ns, f.comm_id, f.seq_aligned
     FROM fit_rows r
@@ -120,11 +116,11 @@ pairs AS MATERIALIZED (  -- every same-shaped call of a reference stream within 
     SELECT s.stream, r.stream AS ref_stream, r.comm_id AS ref_comm, r.seq_aligned AS ref_aligned,
            r.seq - s.seq AS shift, s.complete_ns - r.complete_ns AS d, s.complete_ns
     FROM sample s
-    CROSS JOIN rk_alignment_tuning() t
     JOIN ref_rows r
       ON r.cluster_id = s.cluster_id AND r.stream <> s.stream AND r.op = s.op
      AND r.bytes IS NOT DISTINCT FROM s.bytes AND r.pos = s.pos
-     AND r.complete_ns BETWEEN s.complete_ns - t.pair_window_ns AND s.complete_ns + t.pair_window_ns
+     AND r.complete_ns BETWEEN s.complete_ns - rk_param('align_pair_window_ns')
+                           AND s.complete_ns + rk_param('align_pair_window_ns')
 ),
 fits AS (
     SELECT stream, ref_stream, ref_comm, ref_aligned, shift, count(*) AS n, median(d) AS offset_ns
@@ -137,8 +133,8 @@ scored AS (
     GROUP BY ALL
 ),
 eligible AS MATERIALIZED (  -- fits over at least min_share of the stream's sample, within max_fit_ns
-    SELECT s.* FROM scored s JOIN sample_size z USING (stream) CROSS JOIN rk_alignment_tuning() t
-    WHERE s.n >= t.min_share * z.size AND s.fit_ns <= t.max_fit_ns
+    SELECT s.* FROM scored s JOIN sample_size z USING (stream)
+    WHERE s.n >= rk_param('align_min_share') * z.size AND s.fit_ns <= rk_param('align_max_fit_ns')
 ),
 chosen AS (  -- per unaligned stream: among eligible fits about as good as its best one, an aligned
     -- reference first, then the smallest clock offset: a timeline so regular that k steps later looks
@@ -147,8 +143,7 @@ chosen AS (  -- per unaligned stream: among eligible fits about as good as its b
     SELECT DISTINCT ON (e.stream) e.*
     FROM eligible e
     JOIN (SELECT stream, min(fit_ns) AS best_fit FROM eligible GROUP BY stream) m USING (stream)
-    CROSS JOIN rk_alignment_tuning() t
-    WHERE e.fit_ns <= t.tie_ratio * m.best_fit + t.tie_ns
+    WHERE e.fit_ns <= rk_param('align_tie_ratio') * m.best_fit + rk_param('align_tie_ns')
     ORDER BY e.stream, e.ref_aligned DESC, abs(e.offset_ns), e.fit_ns
 ),
 rival AS (  -- another shift of the chosen reference that the evidence does not rule out: it fits within
@@ -157,10 +152,9 @@ rival AS (  -- another shift of the chosen reference that the evidence does not 
     SELECT DISTINCT ON (c.stream) c.stream, e.shift AS rival_shift, e.fit_ns AS rival_fit_ns,
            e.offset_ns AS rival_offset_ns
     FROM chosen c
-    CROSS JOIN rk_alignment_tuning() t
     JOIN eligible e ON e.stream = c.stream AND e.ref_stream = c.ref_stream AND e.shift <> c.shift
-    WHERE e.fit_ns < t.margin_ratio * c.fit_ns + t.margin_ns
-      AND abs(e.offset_ns) < abs(c.offset_ns) + t.offset_margin_ns
+    WHERE e.fit_ns < rk_param('align_margin_ratio') * c.fit_ns + rk_param('align_margin_ns')
+      AND abs(e.offset_ns) < abs(c.offset_ns) + rk_param('align_offset_margin_ns')
     ORDER BY c.stream, abs(e.offset_ns), e.fit_ns
 ),
 chosen_steps AS (  -- the steps (completion groups) the chosen fit paired: counted for it alone
@@ -170,15 +164,14 @@ chosen_steps AS (  -- the steps (completion groups) the chosen fit paired: count
 ),
 judged AS MATERIALIZED (  -- the chosen fit with its evidence, and why it is refused (NULL: accepted)
     SELECT c.*, z.steps, v.rival_shift, v.rival_fit_ns, v.rival_offset_ns,
-           CASE WHEN z.steps < t.min_steps
-                THEN format('{} steps paired, {} needed', z.steps, t.min_steps)
+           CASE WHEN z.steps < rk_param('align_min_steps')
+                THEN format('{} steps paired, {} needed', z.steps, rk_param('align_min_steps'))
                 WHEN v.rival_shift IS NOT NULL
                 THEN format('ambiguous: shift {} fits about as well as {} (fit {} vs {} ms, clock offset {} vs {} ms)',
                             v.rival_shift, c.shift, round(v.rival_fit_ns / 1e6, 3), round(c.fit_ns / 1e6, 3),
                             round(v.rival_offset_ns / 1e6, 1), round(c.offset_ns / 1e6, 1))
            END AS refused
     FROM chosen c JOIN chosen_steps z USING (stream) LEFT JOIN rival v USING (stream)
-    CROSS JOIN rk_alignment_tuning() t
 ),
 best AS (SELECT * FROM judged WHERE refused IS NULL),
 own_comm AS (  -- an unaligned stream of a process whose earlier agent run knew a communicator of the same
@@ -211,18 +204,17 @@ placed AS MATERIALIZED (  -- b: the accepted fit, j: the chosen one (accepted or
            CASE WHEN b.stream IS NOT NULL AND (b.ref_aligned OR o.comm_key IS NOT NULL) THEN 'realigned'
                 WHEN b.stream IS NOT NULL OR j.stream IS NOT NULL THEN 'held_back'
                 WHEN o.ref_stream IS NOT NULL THEN 'anchor'
-                WHEN t.stream_steps <= k.min_steps THEN 'held_back'
+                WHEN t.stream_steps <= rk_param('align_min_steps') THEN 'held_back'
                 ELSE 'unmatched' END AS method,
            CASE WHEN b.stream IS NOT NULL AND NOT b.ref_aligned AND o.comm_key IS NULL
                 THEN 'fitted to a stream that is held back (' || o.refused || ')'
                 WHEN b.stream IS NULL AND j.stream IS NOT NULL THEN j.refused
-                WHEN j.stream IS NULL AND o.ref_stream IS NULL AND t.stream_steps <= k.min_steps
-                THEN format('{} steps observed, more than {} needed', t.stream_steps, k.min_steps)
+                WHEN j.stream IS NULL AND o.ref_stream IS NULL AND t.stream_steps <= rk_param('align_min_steps')
+                THEN format('{} steps observed, more than {} needed', t.stream_steps, rk_param('align_min_steps'))
            END AS held_reason,
            j.fit_ns, j.n AS fit_calls, j.steps AS fit_steps, j.offset_ns AS fit_offset_ns,
            j.rival_shift, j.rival_fit_ns, j.rival_offset_ns
     FROM streams t
-    CROSS JOIN rk_alignment_tuning() k
     LEFT JOIN best b ON b.stream = t.stream
     LEFT JOIN judged j ON j.stream = t.stream
     LEFT JOIN ref_of o ON o.ref_stream = coalesce(j.ref_stream, t.stream)

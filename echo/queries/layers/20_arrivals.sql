@@ -3,9 +3,9 @@
 -- complete together; each node's offset is the median over instances of how much later its ranks
 -- report completion than the instance's median, relative to the cluster's reference node (the one
 -- with the most ranks; ties by name). Only instances spanning two or more nodes count, at most about
--- 20,000 of them (an even sample of the window: the offset is a median, more adds nothing).
--- Reference arrival of an instance: its lower-quartile arrival (the 2nd of 8, the earliest of 2 to
--- 4), so up to three quarters of the ranks, a whole late node among them, can be late against it.
+-- 20,000 of them (clock_sample_rows rows) (an even sample of the window: the offset is a median, more adds nothing).
+-- Reference arrival of an instance: its lower-quartile arrival (reference_arrival_quantile: the 2nd of
+-- 8, the earliest of 2 to 4), so up to three quarters of the ranks, a whole late node among them, can be late against it.
 -- Steps: the cluster's primary communicator (the one most ranks share) defines them; a step is a
 -- group of its collectives that one sync completes (the same group on every rank); a collective of
 -- another communicator belongs to the step whose sync completed it on the process that references that
@@ -39,7 +39,7 @@ c AS MATERIALIZED (  -- the rows, on the reference clock: numbers only
 inst AS MATERIALIZED (
     SELECT i.*, s.cluster_id, s.comm_key
     FROM (SELECT inst_key, any_value(stream) AS stream, any_value(seq_g) AS seq_g, count(*) AS n,
-                 quantile_disc(enter_c, 0.25) AS ref_c, max(enter_c) AS last_c, min(complete_c) AS done_c,
+                 quantile_disc(enter_c, rk_param('reference_arrival_quantile')) AS ref_c, max(enter_c) AS last_c, min(complete_c) AS done_c,
                  min(rank) AS first_rank
           FROM c GROUP BY inst_key) i
     JOIN streams s USING (stream)
@@ -115,7 +115,7 @@ FROM c JOIN context x USING (inst_key) JOIN streams s USING (stream) JOIN clock 
 CREATE OR REPLACE TEMP MACRO rk_clock_offsets(start_ns, end_ns, cluster, job := NULL) AS TABLE
 WITH a AS (SELECT cluster_id, node_id, rank, comm_key, seq_g, complete_ns
            FROM rk_aligned_rows(start_ns, end_ns, cluster, job := job)),
-every AS (SELECT greatest(1, count(*) // 200000) AS k FROM a),
+every AS (SELECT greatest(1, count(*) // rk_param('clock_sample_rows')) AS k FROM a),
 sampled AS MATERIALIZED (  -- about 20,000 instances spread over the window
     SELECT cluster_id, node_id, comm_key, seq_g, complete_ns FROM a
     WHERE complete_ns IS NOT NULL AND seq_g % (SELECT k FROM every) = 0

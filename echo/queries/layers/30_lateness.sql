@@ -1,9 +1,10 @@
 -- Layer 3: who was late, by how much, on which side, and what the instance's delay cost.
 -- Host side: a rank is late at an instance when it entered threshold_ns or more after the instance's
--- reference arrival. The threshold comes from the job's own noise: 6 robust standard deviations of
--- how far a rank's arrivals stray from its own typical lateness, above the typical lateness of the
--- on-time ranks (a rank or a whole node late at every step stands out instead of widening the noise),
--- at least 10% of the median step and 1 ms, and never below min_late_ms when the caller gives one.
+-- reference arrival. The threshold comes from the job's own noise: 6 robust standard deviations
+-- (noise_sigmas) of how far a rank's arrivals stray from its own typical lateness, above the typical
+-- lateness of the on-time ranks (a rank or a whole node late at every step stands out instead of widening the noise),
+-- at least 10% of the median step and 1 ms (min_threshold_*), and never below min_late_ms when the caller
+-- gives one. Every such number is a parameter of rk_params (00_params.sql).
 -- GPU side: a collective call only enqueues work; the GPU reaches the collective later. An instance
 -- is delayed when it completed later after its on-time arrivals than the same slot (communicator,
 -- position in the step) does in instances where nobody was late; a delay that no host's lateness
@@ -42,10 +43,11 @@ WITH a AS MATERIALIZED (
 ),
 sampled AS MATERIALIZED (  -- the primary communicator's arrivals (about 500,000 of them at most)
     SELECT cluster_id, rank, host_late_ns FROM a
-    WHERE on_primary AND seq_g % greatest(1, (SELECT count(*) FROM a) // 500000) = 0
+    WHERE on_primary
+      AND seq_g % greatest(1, (SELECT count(*) FROM a) // rk_param('noise_sample_rows')) = 0
 ),
 typical AS (SELECT cluster_id, rank, median(host_late_ns) AS typical_ns FROM sampled GROUP BY ALL),
-levels AS (SELECT cluster_id, quantile_cont(typical_ns, 0.25) AS level_ns FROM typical GROUP BY ALL),
+levels AS (SELECT cluster_id, quantile_cont(typical_ns, rk_param('on_time_quantile')) AS level_ns FROM typical GROUP BY ALL),
 lateness AS (  -- the noise: how far a rank's arrivals stray from its own typical lateness (a rank, or a
     -- whole node, late at every step is what is looked for, not noise), above the typical lateness of
     -- the on-time ranks (the lower quartile of the ranks' typical lateness)
@@ -68,8 +70,10 @@ steps AS (
 ),
 noise AS (
     SELECT s.*, l.noise_median_ns, l.noise_sigma_ns,
-           CAST(greatest(coalesce(min_late_ms, 0) * 1e6, coalesce(l.noise_median_ns + 6 * l.noise_sigma_ns, 0),
-                         coalesce(0.1 * s.step_ns, 0), 1e6) AS BIGINT) AS threshold_ns
+           CAST(greatest(coalesce(min_late_ms, 0) * 1e6,
+                         coalesce(l.noise_median_ns + rk_param('noise_sigmas') * l.noise_sigma_ns, 0),
+                         coalesce(rk_param('min_threshold_step_share') * s.step_ns, 0), rk_param('min_threshold_ns'))
+                AS BIGINT) AS threshold_ns
     FROM steps s LEFT JOIN lateness l USING (cluster_id)
 ),
 slot AS (  -- the slot's normal wait: over instances nobody was late at (else after the last arrival)
@@ -93,9 +97,10 @@ behind AS (  -- ranks that typically arrive behind most others (by 1 ms and a qu
     -- a GPU slow at every step (its sync before calling returns later) leaves no healthy instance to
     -- measure a delay against. Every first call of theirs is looked into, and every rank's at one step
     -- in every_k (about 512 steps), for what the peers' syncs take
-    SELECT t.cluster_id, t.rank, greatest(1, z.steps // 512) AS every_k
+    SELECT t.cluster_id, t.rank, greatest(1, z.steps // rk_param('sampled_steps')) AS every_k
     FROM typical t JOIN levels l USING (cluster_id) JOIN noise z USING (cluster_id)
-    WHERE t.typical_ns - l.level_ns >= greatest(1e6, z.threshold_ns / 4)
+    WHERE t.typical_ns - l.level_ns
+          >= greatest(rk_param('visible_min_ns'), z.threshold_ns * rk_param('visible_threshold_share'))
 ),
 suspects AS MATERIALIZED (  -- pos-0 rows of instances with a delay their host lateness does not explain
     -- (suspect: every rank), and the primary's first calls of ranks behind and, at sampled steps, of
@@ -106,7 +111,8 @@ suspects AS MATERIALIZED (  -- pos-0 rows of instances with a delay their host l
     FROM a b
     JOIN (SELECT * FROM (
               SELECT a.*, d.delay_ns >= d.threshold_ns
-                          AND d.delay_ns - greatest(d.last_late_ns, d.step_last_late_ns, 0) >= d.threshold_ns / 2
+                          AND d.delay_ns - greatest(d.last_late_ns, d.step_last_late_ns, 0)
+                              >= d.threshold_ns * rk_param('gpu_unexplained_share')
                           AS suspect,
                      r.rank IS NOT NULL AS candidate,
                      coalesce(a.on_primary AND a.step % k.every_k = 0, false) AS sampled
@@ -153,8 +159,10 @@ presync AS (  -- time blocked in syncs, less the run-queue waits (behind another
 ),
 excess AS (  -- against the lower quartile of the instance's ranks, so a whole node's slow GPUs stand out
     -- (meaningful where every rank was looked into: suspect or sampled instances)
-    SELECT *, sync_excess_ns >= 0.5 * max(sync_excess_ns) OVER (PARTITION BY inst_key) AS most_sync
-    FROM (SELECT *, quantile_cont(presync_ns, 0.25) OVER (PARTITION BY inst_key) AS quartile_sync_ns,
+    SELECT *, sync_excess_ns >= rk_param('gpu_most_sync_share') * max(sync_excess_ns) OVER (PARTITION BY inst_key)
+                  AS most_sync
+    FROM (SELECT *, quantile_cont(presync_ns, rk_param('gpu_peer_quantile')) OVER (PARTITION BY inst_key)
+                     AS quartile_sync_ns,
                  presync_ns - quartile_sync_ns AS sync_excess_ns
           FROM presync)
 ),
@@ -175,7 +183,8 @@ implied AS MATERIALIZED (  -- the first calls of ranks behind: the lateness at t
           FROM (SELECT DISTINCT cluster_id, inst_key, sampled, quartile_sync_ns FROM excess) e
           JOIN peer_sync p USING (cluster_id)) q USING (inst_key)
     JOIN a USING (inst_key, rank)
-    WHERE NOT e.suspect AND a.on_primary AND q.quartile_sync_ns >= 1e6 AND e.presync_ns > q.quartile_sync_ns
+    WHERE NOT e.suspect AND a.on_primary AND q.quartile_sync_ns >= rk_param('gpu_min_peer_sync_ns')
+      AND e.presync_ns > q.quartile_sync_ns
 ),
 lasting AS (  -- a GPU slow at most steps: the rank's median implied lateness reaches the threshold, and
     -- its median sync excess is a visible part of it (1 ms, a quarter of the threshold); named at the
@@ -189,15 +198,18 @@ lasting AS (  -- a GPU slow at most steps: the rank's median implied lateness re
           WHERE a.on_primary AND a.pos = 0
           GROUP BY ALL) r ON r.cluster_id = i.cluster_id AND r.rank = i.rank
     JOIN noise z ON z.cluster_id = i.cluster_id
-    WHERE r.implied_ns >= z.threshold_ns AND r.excess_ns >= greatest(1e6, z.threshold_ns / 4)
-      AND i.implied_late_ns >= z.threshold_ns AND i.sync_excess_ns >= greatest(1e6, z.threshold_ns / 4)
+    WHERE r.implied_ns >= z.threshold_ns
+      AND r.excess_ns >= greatest(rk_param('visible_min_ns'), z.threshold_ns * rk_param('visible_threshold_share'))
+      AND i.implied_late_ns >= z.threshold_ns
+      AND i.sync_excess_ns >= greatest(rk_param('visible_min_ns'), z.threshold_ns * rk_param('visible_threshold_share'))
 ),
 lasting_delay AS (SELECT inst_key, max(implied_late_ns) AS implied_late_ns FROM lasting GROUP BY ALL)
 SELECT a.*, z.noise_median_ns, z.noise_sigma_ns, z.step_ns, z.steps, z.first_done_c, z.last_done_c,
        z.threshold_ns, a.host_late_ns >= z.threshold_ns AS host_late,
        d.wait_ns, d.healthy_wait_ns, greatest(d.delay_ns, ld.implied_late_ns) AS delay_ns, e.presync_ns,
        e.sync_excess_ns,
-       CASE WHEN e.suspect AND e.most_sync AND e.sync_excess_ns >= z.threshold_ns / 2 THEN d.delay_ns
+       CASE WHEN e.suspect AND e.most_sync AND e.sync_excess_ns >= z.threshold_ns * rk_param('gpu_excess_share')
+            THEN d.delay_ns
             ELSE g.implied_late_ns END AS gpu_late_ns
 FROM a
 JOIN noise z USING (cluster_id)

@@ -78,28 +78,30 @@ steps AS (
     GROUP BY ALL
 ),
 late AS MATERIALIZED (  -- per (rank, step): the first late instance opens the episode; the causes of a
-    -- rank's latest 256 episodes are looked into (the rest keep a NULL cause)
+    -- rank's latest cause_max_episodes (256) episodes are looked into (the rest keep a NULL cause)
     SELECT * FROM (
         SELECT DISTINCT ON (cluster_id, node_id, rank, step) cluster_id, node_id, rank, step, inst_key
         FROM late_rows
         ORDER BY cluster_id, node_id, rank, step, enter_c
     )
-    QUALIFY row_number() OVER (PARTITION BY cluster_id, node_id, rank ORDER BY step DESC) <= 256
+    QUALIFY row_number() OVER (PARTITION BY cluster_id, node_id, rank ORDER BY step DESC)
+            <= rk_param('cause_max_episodes')
 ),
-members AS (  -- the late rank and up to 8 of its on-time peers at that instance
+members AS (  -- the late rank and up to cause_peers (8) of its on-time peers at that instance
     SELECT e.node_id AS late_node, e.rank AS late_rank, r.*,
            r.rank = e.rank AND r.node_id = e.node_id AS is_late
     FROM l r
     JOIN late e USING (inst_key)
     WHERE (r.rank = e.rank AND r.node_id = e.node_id) OR (NOT r.host_late AND r.gpu_late_ns IS NULL)
     QUALIFY row_number() OVER (PARTITION BY inst_key, e.node_id, e.rank
-                               ORDER BY (r.rank = e.rank AND r.node_id = e.node_id) DESC, r.rank) <= 9
+                               ORDER BY (r.rank = e.rank AND r.node_id = e.node_id) DESC, r.rank)
+            <= 1 + rk_param('cause_peers')
 ),
 windows AS MATERIALIZED (  -- from the end of each member's previous step (its stream's previous call;
     -- the few members on the right, the side a hash join builds), with the agent's summary of it if sent
     SELECT m.cluster_id, m.late_node, m.late_rank, m.step, m.node_id, m.rank, m.thread_key, m.is_late,
            coalesce(CASE WHEN p.complete_c IS DISTINCT FROM m.complete_c THEN p.complete_c ELSE p.return_c END,
-                    m.enter_c - 500000000) AS w_start,
+                    m.enter_c - rk_param('default_window_ns')) AS w_start,
            m.enter_c AS w_end, m.clock_offset_ns, q.* EXCLUDE (stream, seq, enter_ns)
     FROM l p RIGHT JOIN members m ON p.stream = m.stream AND p.seq = m.seq - 1
     LEFT JOIN (SELECT * FROM rk_pre_calls()

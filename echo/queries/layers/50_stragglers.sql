@@ -12,7 +12,8 @@
 -- held others back (it imposed a wait: a rank late beside a later one is not a lone culprit), or
 -- three or more adding up to six thresholds that also stand out from the job's background of late
 -- episodes: a period of confidence >= 0.7, or at least 3 x + 2 the episodes the median rank had
--- (busy machines make every rank late now and then; a straggler is late more, or regularly).
+-- (busy machines make every rank late now and then; a straggler is late more, or regularly). These
+-- numbers are parameters of rk_params: node_*, crowd_*, lone_min_thresholds, min_*, background_*.
 -- What-if: the job's time over the window as if this straggler had been on time is the actual time
 -- minus the delays of the steps it held up; slowdown = actual / what-if.
 
@@ -34,14 +35,16 @@ ep AS (SELECT * FROM e WHERE step IS NOT NULL),
 node_steps AS (  -- steps at which most of a multi-rank node was late together, by similar amounts
     SELECT cluster_id, node_id, step FROM ep
     GROUP BY ALL
-    HAVING any_value(node_size) >= 2 AND count(DISTINCT rank) >= greatest(2, ceil(0.75 * any_value(node_size)))
-       AND min(late_by_ns) >= 0.5 * max(late_by_ns)
+    HAVING any_value(node_size) >= rk_param('node_min_ranks')
+       AND count(DISTINCT rank)
+           >= greatest(rk_param('node_min_ranks'), ceil(rk_param('node_share') * any_value(node_size)))
+       AND min(late_by_ns) >= rk_param('node_similar_share') * max(late_by_ns)
 ),
 crowds AS (  -- per episode: ranks of other nodes at least half as late at the same step
     SELECT a.cluster_id, a.node_id, a.rank, a.step, count(b.rank) AS crowd
     FROM ep a LEFT JOIN ep b
       ON b.cluster_id = a.cluster_id AND b.step = a.step AND b.node_id <> a.node_id
-     AND b.late_by_ns >= 0.5 * a.late_by_ns
+     AND b.late_by_ns >= rk_param('crowd_late_share') * a.late_by_ns
     GROUP BY ALL
 ),
 entity_steps AS (  -- one episode per straggler and step (a node's: its worst rank, its largest imposed wait)
@@ -52,7 +55,7 @@ entity_steps AS (  -- one episode per straggler and step (a node's: its worst ra
            mode(ep.cause) AS cause, mode(ep.side) AS side, max(ep.imposed_gpu_ns) AS imposed_gpu_ns,
            max(ep.delay_ns) AS delay_ns, list(DISTINCT ep.rank ORDER BY ep.rank) AS ranks,
            arg_max(ep.spent_ns, ep.late_by_ns) AS spent_ns, arg_max(ep.peers_ns, ep.late_by_ns) AS peers_ns,
-           min(c.crowd) >= 2 AS crowded
+           min(c.crowd) >= rk_param('crowd_min_ranks') AS crowded
     FROM ep
     LEFT JOIN node_steps ns USING (cluster_id, node_id, step)
     JOIN crowds c USING (cluster_id, node_id, rank, step)
@@ -119,9 +122,11 @@ background AS (  -- per cluster: the median rank's uncrowded late episodes (rank
 ),
 judged AS (
     SELECT s.*, p.period, p.period_confidence, c.causes, b.typical AS background_episodes,
-           (s.worst >= 10 AND s.imposed_gpu_s > 0)
-           OR (s.clear_episodes >= 3 AND s.evidence >= 6
-               AND (coalesce(p.period_confidence, 0) >= 0.7 OR s.clear_episodes >= 3 * b.typical + 2)) AS significant
+           (s.worst >= rk_param('lone_min_thresholds') AND s.imposed_gpu_s > 0)
+           OR (s.clear_episodes >= rk_param('min_clear_episodes') AND s.evidence >= rk_param('min_evidence_thresholds')
+               AND (coalesce(p.period_confidence, 0) >= rk_param('min_period_confidence')
+                    OR s.clear_episodes >= rk_param('background_factor') * b.typical + rk_param('background_margin')))
+               AS significant
     FROM stragglers s
     JOIN background b USING (cluster_id)
     LEFT JOIN periods p

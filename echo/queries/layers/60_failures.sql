@@ -7,14 +7,10 @@
 -- ranks that entered show up within ~10 s and the missing rank's call never does.
 -- A cluster runs many jobs, each with ranks 0..N-1: every join and partition below is per
 -- (cluster_id, job_id), and `job := NULL` (every job) or a job id narrows them all.
-
--- name: rk_failure_tuning
--- Every number the failure analysis is tuned by, in one place. A hang is an open instance older than
--- greatest(hang_min_ns, hang_steps x the job's typical step): NCCL's own watchdog is minutes, a data
--- loader hiccup is seconds, and a slow job's steps can be long. Below the max(30 s, 10 steps) a hang must
--- be named within (issue 24), by a margin for the agents' 10 s pending timeout and a poll.
-CREATE OR REPLACE TEMP MACRO rk_failure_tuning() AS TABLE
-SELECT CAST(20000000000 AS BIGINT) AS hang_min_ns, 8 AS hang_steps;
+-- A hang is an open instance older than greatest(hang_min_ns, hang_steps x the job's typical step)
+-- (parameters of rk_params): NCCL's own watchdog is minutes, a data loader hiccup is seconds, and a slow
+-- job's steps can be long. Below the max(30 s, 10 steps) a hang must be named within (issue 24), by a
+-- margin for the agents' 10 s pending timeout and a poll.
 
 -- name: rk_failure_rows
 -- The collective calls (send/recv left out) whose instance id holds across ranks, in the window.
@@ -97,7 +93,8 @@ SELECT cluster_id, job_id, CAST(median(gap_ns) AS BIGINT) AS step_ns FROM gaps W
 -- Instances that some ranks entered and none saw complete, while other ranks of the communicator (those
 -- seen on it in the window) never entered: who entered (entered), who did not and has not exited since its
 -- last call (missing: hung, not crashed), how many of the communicator's ranks were never seen at all
--- (unseen), and the hang threshold (greatest(hang_min_ns, hang_steps x step), or min_open_ns if given).
+-- (unseen), and the hang threshold (greatest(hang_min_ns, hang_steps x step), parameters of rk_params,
+-- or min_open_ns if given).
 CREATE OR REPLACE TEMP MACRO rk_open_instances(start_ns, end_ns, cluster, min_open_ns := NULL, job := NULL) AS TABLE
 WITH r AS MATERIALIZED (SELECT * FROM rk_failure_rows(start_ns, end_ns, cluster, job := job)),
 members AS (
@@ -125,10 +122,10 @@ SELECT o.cluster_id, o.job_id, o.comm_id, o.seq, o.causal_chain_id, o.op, o.firs
        list_filter(o.absent, lambda x: NOT list_contains(coalesce(g.gone, []), x)) AS missing,
        list_filter(o.absent, lambda x: list_contains(coalesce(g.gone, []), x)) AS exited,
        o.size - len(o.entered) - len(o.absent) AS unseen,
-       coalesce(min_open_ns, greatest(t.hang_min_ns, t.hang_steps * coalesce(s.step_ns, 0))) AS threshold_ns,
+       coalesce(min_open_ns, greatest(rk_param('hang_min_ns'), rk_param('hang_steps') * coalesce(s.step_ns, 0)))
+           AS threshold_ns,
        s.step_ns
 FROM open o
-CROSS JOIN rk_failure_tuning() t
 LEFT JOIN rk_step_time(start_ns, end_ns, cluster, job := job) s USING (cluster_id, job_id)
 LEFT JOIN (SELECT cluster_id, job_id, list(rank) AS gone FROM exited GROUP BY ALL) g USING (cluster_id, job_id);
 

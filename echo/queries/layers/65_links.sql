@@ -24,15 +24,11 @@
 -- one rank in every slow pair (a rank's own link, when its slow pairs have more than one partner), else the
 -- one node in every slow pair (a NIC), else the nodes of the slow pairs (two: the link between them).
 -- Jobs without send/recv are judged by their collectives alone, as above.
-
--- name: rk_link_tuning
--- Every number the slow-link analysis is tuned by, in one place: a rank lags at a slow step when its lag
--- excess reaches lag_fraction x threshold_ns; a node is named where at least node_share of its ranks lag;
--- a link needs min_steps slow steps to be named (fewer are listed as isolated episodes); a rank is named
--- by its send/recv pairs when its slow pairs have at least min_partners partners (with one, both ends of
--- the pair are as suspect).
-CREATE OR REPLACE TEMP MACRO rk_link_tuning() AS TABLE
-SELECT 0.5 AS lag_fraction, 0.5 AS node_share, 3 AS min_steps, 2 AS min_partners;
+-- The numbers (parameters link_* of rk_params): a rank lags at a slow step when its lag excess reaches
+-- link_lag_share x threshold_ns; a node is named where at least link_node_share of its ranks lag; a link
+-- needs link_min_steps slow steps to be named (fewer are listed as isolated episodes); a rank is named by
+-- its send/recv pairs when its slow pairs have at least link_min_partners partners (with one, both ends
+-- of the pair are as suspect).
 
 -- name: rk_link_rows
 -- One row per (complete instance, rank) of rk_lateness, with its instance's verdict: ranks (n) and nodes
@@ -119,7 +115,7 @@ HAVING count(*) FILTER (WHERE op = 'ncclSend') = 1 AND count(*) FILTER (WHERE op
 -- cause 'link', ranks that finished late, crowded false}), median/p95/max extra transfer (ms), period and
 -- its confidence (the commonest gap between slow steps, the share of gaps that are it), cause
 -- 'slow_link', imposed_gpu_s (the extra transfer times the ranks that waited in it, shared among the
--- links named at a step), significant (min_steps slow steps), share of steps; and inter_node,
+-- links named at a step), significant (link_min_steps slow steps), share of steps; and inter_node,
 -- communicators (those with slow instances: the slowed ones and those sharing a sync with them),
 -- transfer_ms / typical_transfer_ms (of each step's slowest instance, medians over the episodes). A step
 -- with slow send/recv pairs is judged by them (its episode: the slowest pair's chain id and extra
@@ -142,10 +138,11 @@ slow_steps AS MATERIALIZED (  -- per step with a slow instance: its slowest, the
 slow_waited AS (SELECT s.*, w.n FROM slow_steps s JOIN waited w USING (cluster_id, step)),  -- n: ranks that waited
 lagging AS (  -- per slow step and node: the share of its ranks that finished late
     SELECT g.cluster_id, g.step, g.node_id, list(g.rank ORDER BY g.rank) AS node_ranks,
-           list(g.rank ORDER BY g.rank) FILTER (WHERE g.lag_excess_ns >= t.lag_fraction * s.threshold_ns) AS late_ranks,
-           count(*) FILTER (WHERE g.lag_excess_ns >= t.lag_fraction * s.threshold_ns) / count(*) AS share
+           list(g.rank ORDER BY g.rank) FILTER (WHERE g.lag_excess_ns >= rk_param('link_lag_share') * s.threshold_ns)
+               AS late_ranks,
+           count(*) FILTER (WHERE g.lag_excess_ns >= rk_param('link_lag_share') * s.threshold_ns) / count(*) AS share
     FROM (SELECT DISTINCT cluster_id, step, node_id, rank, lag_excess_ns FROM r) g
-    JOIN slow_steps s USING (cluster_id, step) CROSS JOIN rk_link_tuning() t
+    JOIN slow_steps s USING (cluster_id, step)
     GROUP BY ALL
 ),
 ranked AS (  -- each node against the step's largest share (top) and how many nodes reach it
@@ -156,8 +153,8 @@ ranked AS (  -- each node against the step's largest share (top) and how many no
 named AS (  -- the nodes the data singles out at each slow step
     SELECT r.cluster_id, r.step, r.node_id, r.node_ranks, coalesce(r.late_ranks, []) AS late_ranks,
            count(*) OVER (PARTITION BY r.cluster_id, r.step) AS named_nodes
-    FROM ranked r CROSS JOIN rk_link_tuning() t
-    WHERE r.share >= t.node_share AND r.share >= 0.999 * r.top AND r.at_top < r.nodes
+    FROM ranked r
+    WHERE r.share >= rk_param('link_node_share') AND r.share >= 0.999 * r.top AND r.at_top < r.nodes
 ),
 collective_steps AS (  -- one row per (link, slow step): a named node, or NULL when nobody is singled out
     SELECT s.*, n.node_id, CAST(NULL AS INTEGER) AS rank, coalesce(n.node_ranks, []) AS node_ranks,
@@ -219,15 +216,14 @@ ends AS (  -- each slow rank pair's two ends
     UNION ALL
     SELECT cluster_id, step, rank_b, node_b, rank_a FROM rank_links WHERE slow
 ),
-by_rank AS (  -- steps whose slow pairs all share one rank, with at least min_partners partners: its link
+by_rank AS (  -- steps whose slow pairs all share one rank, with at least link_min_partners partners: its link
     SELECT c.cluster_id, c.step, c.node_id, c.rank
     FROM (SELECT h.*, count(*) OVER (PARTITION BY h.cluster_id, h.step) AS candidates
           FROM (SELECT cluster_id, step, rank, any_value(node_id) AS node_id,
                        count(*) AS hits, count(DISTINCT partner) AS partners
                 FROM ends GROUP BY ALL) h
           JOIN pair_steps s USING (cluster_id, step) WHERE h.hits = s.n_slow) c
-    CROSS JOIN rk_link_tuning() t
-    WHERE c.candidates = 1 AND c.partners >= t.min_partners
+    WHERE c.candidates = 1 AND c.partners >= rk_param('link_min_partners')
 ),
 by_node AS (  -- the other steps: the node(s) in the most slow pairs (one in all of them: its NIC)
     SELECT cluster_id, step, node_id
@@ -302,12 +298,11 @@ SELECT e.cluster_id, 'link' AS kind, e.node_id, e.peer_node_id, e.rank,
        max(e.extra_ns) / 1e6 AS max_late_ms, 'slow_link' AS cause, 'link' AS side,
        map(['slow_link'], [count(*)]) AS causes,
        sum(e.extra_ns * e.n / e.named_links) / 1e9 AS imposed_gpu_s,
-       count(*) >= any_value(t.min_steps) AS significant, count(*) / any_value(e.steps) AS share,
+       count(*) >= rk_param('link_min_steps') AS significant, count(*) / any_value(e.steps) AS share,
        any_value(p.period) AS period, any_value(p.period_confidence) AS period_confidence,
        bool_and(e.inter_node) AS inter_node, list_distinct(flatten(list(e.comms))) AS communicators,
        median(e.transfer_ns) / 1e6 AS transfer_ms, median(e.typical_ns) / 1e6 AS typical_transfer_ms
 FROM entity_steps e
-CROSS JOIN rk_link_tuning() t
 LEFT JOIN periods p ON p.cluster_id = e.cluster_id AND p.node_id IS NOT DISTINCT FROM e.node_id
                    AND p.peer_node_id IS NOT DISTINCT FROM e.peer_node_id AND p.rank IS NOT DISTINCT FROM e.rank
 GROUP BY e.cluster_id, e.node_id, e.peer_node_id, e.rank

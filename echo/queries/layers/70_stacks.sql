@@ -10,16 +10,6 @@
 -- the intervals alone (they are exact; the breakdown names one stack per class). Stack ids a row cites
 -- without a stored `stacks` row come back with frames NULL.
 
--- name: rk_stack_tuning
--- Every number the stack views are tuned by: frames in a leading-frames line, the window before a call
--- when its agent sent no pre-call window, how far before a window an interval may have
--- begun (s), the share of the late rank's time a stack needs to be called distinctive, and the slack
--- (ns) a window's end is matched with its call's enter (a window rebuilt from the corrected clock may
--- be off by a rounding).
-CREATE OR REPLACE TEMP MACRO rk_stack_tuning() AS TABLE
-SELECT 4 AS lead_frames, CAST(500000000 AS BIGINT) AS default_window_ns,
-       60 AS lookback_s, 0.05 AS min_distinct_share, 1000 AS slack_ns;
-
 -- name: rk_lead_frames
 -- The first n known frames of a stack, callee first: 'cudaMalloc <- allocate_cache <- train.py:forward:88'.
 CREATE OR REPLACE TEMP MACRO rk_lead_frames(frames, n) AS (
@@ -42,17 +32,17 @@ WITH w AS MATERIALIZED (
     SELECT *, hash(cluster_id, node_id, pid, tid) AS thread_key FROM (SELECT unnest(ws, recursive := true))
 ),
 span AS MATERIALIZED (  -- constant bounds over every window, so the scans can skip whole row groups
-    SELECT min(w.from_ns) // 1000000000 - any_value(t.lookback_s) AS lo_bucket,
-           max(w.to_ns) // 1000000000 AS hi_bucket,
-           min(w.from_ns) AS lo, max(w.to_ns) + any_value(t.slack_ns) AS hi
-    FROM w CROSS JOIN rk_stack_tuning() t
+    SELECT min(from_ns) // 1000000000 - rk_param('stack_lookback_s') AS lo_bucket,
+           max(to_ns) // 1000000000 AS hi_bucket,
+           min(from_ns) AS lo, max(to_ns) + rk_param('stack_slack_ns') AS hi
+    FROM w
 ),
 iv AS MATERIALIZED (
     SELECT w.w, w.role, h.category, h.stack_id, h.start_ns,
            least(h.end_ns, w.to_ns) - greatest(h.start_ns, w.from_ns) AS weight_ns
-    FROM w CROSS JOIN rk_stack_tuning() t
+    FROM w
     JOIN host_activity h ON h.thread_key = w.thread_key
-     AND h.start_bucket BETWEEN w.from_ns // 1000000000 - t.lookback_s AND w.to_ns // 1000000000
+     AND h.start_bucket BETWEEN w.from_ns // 1000000000 - rk_param('stack_lookback_s') AND w.to_ns // 1000000000
      AND h.end_ns > w.from_ns AND h.start_ns < w.to_ns
     WHERE h.stack_id IS NOT NULL AND h.category IS NOT NULL
       AND h.start_bucket BETWEEN (SELECT lo_bucket FROM span) AND (SELECT hi_bucket FROM span)
@@ -69,9 +59,9 @@ bd AS (
                 {'category': 'host_compute', 'stack_id': c.pre_oncpu_stack,
                  'ns': greatest(c.pre_window_ns - c.pre_allocator_ns - c.pre_slow_gpu_ns - c.pre_memcpy_ns
                                 - c.pre_cpu_contention_ns - c.pre_sleeping_ns, 0)}] AS parts
-        FROM w CROSS JOIN rk_stack_tuning() t
+        FROM w
         JOIN collectives c ON c.thread_key = w.thread_key
-         AND c.enter_ns > w.from_ns + t.slack_ns AND c.enter_ns <= w.to_ns + t.slack_ns
+         AND c.enter_ns > w.from_ns + rk_param('stack_slack_ns') AND c.enter_ns <= w.to_ns + rk_param('stack_slack_ns')
         WHERE c.pre_window_ns IS NOT NULL
           AND c.enter_ns BETWEEN (SELECT lo FROM span) AND (SELECT hi FROM span)
     )
@@ -90,8 +80,7 @@ WHERE b.stack_id IS NOT NULL AND b.ns > 0
 CREATE OR REPLACE TEMP MACRO rk_rank_windows(from_t, to_t, cluster, node, r, job := NULL) AS TABLE
 WITH b AS (
     SELECT coalesce(from_t, 0) AS lo, coalesce(to_t, CAST(9e18 AS BIGINT)) AS hi,  -- open ends
-           CAST(t.lookback_s AS BIGINT) * 1000000000 AS lookback_ns
-    FROM rk_stack_tuning() t
+           CAST(rk_param('stack_lookback_s') AS BIGINT) * 1000000000 AS lookback_ns
 ),
 threads AS (
     SELECT DISTINCT h.cluster_id, h.node_id, h.pid, h.tid FROM host_activity h, b
@@ -117,8 +106,8 @@ SELECT coalesce(list({'w': CAST(i AS INTEGER), 'role': 'rank', 'cluster_id': clu
                       'pid': pid, 'tid': tid, 'from_ns': from_ns, 'to_ns': enter_ns}), []) AS ws
 FROM (
     SELECT row_number() OVER () AS i, c.cluster_id, c.node_id, c.pid, c.tid, c.enter_ns,
-           c.enter_ns - coalesce(c.pre_window_ns, t.default_window_ns) AS from_ns
-    FROM collectives c CROSS JOIN rk_stack_tuning() t
+           c.enter_ns - coalesce(c.pre_window_ns, rk_param('default_window_ns')) AS from_ns
+    FROM collectives c
     WHERE list_contains(chains, c.causal_chain_id) AND list_contains(rs, c.rank) AND c.node_id = node
       AND (cluster IS NULL OR c.cluster_id = cluster) AND (job IS NULL OR c.job_id = job)
       AND (lo IS NULL OR c.enter_ns >= lo) AND (hi IS NULL OR c.enter_ns < hi)
@@ -134,8 +123,8 @@ WITH per AS (
 SELECT p.stack_id, sum(p.ns) / 1e6 AS ms, arg_max(p.category, p.ns) AS category,
        map(list(p.category ORDER BY p.category), list(p.ns / 1e6 ORDER BY p.category)) AS ms_by_category,
        any_value(s.frames) AS frames, any_value(s.truncated) AS truncated,
-       rk_lead_frames(any_value(s.frames), any_value(t.lead_frames)) AS leading_frames
-FROM per p LEFT JOIN stacks s USING (stack_id) CROSS JOIN rk_stack_tuning() t
+       rk_lead_frames(any_value(s.frames), rk_param('stack_lead_frames')) AS leading_frames
+FROM per p LEFT JOIN stacks s USING (stack_id)
 GROUP BY p.stack_id
 ORDER BY ms DESC, p.stack_id;
 
@@ -165,9 +154,9 @@ SELECT p.stack_id, coalesce(p.category, p.any_category) AS category,
        p.target_ns / 1e6 AS target_ms, p.peers_ns / nullif(n.peers, 0) / 1e6 AS peers_mean_ms,
        p.peers_with, n.peers,
        (p.target_ns - coalesce(p.peers_ns / nullif(n.peers, 0), 0)) / 1e6 AS excess_ms,
-       (p.target_ns - coalesce(p.peers_ns / nullif(n.peers, 0), 0)) >= t.min_distinct_share * total.ns
+       (p.target_ns - coalesce(p.peers_ns / nullif(n.peers, 0), 0)) >= rk_param('stack_min_distinct_share') * total.ns
            AND p.target_ns > 0 AS distinctive,
-       s.frames, s.truncated, rk_lead_frames(s.frames, t.lead_frames) AS leading_frames
-FROM per p CROSS JOIN n CROSS JOIN total CROSS JOIN rk_stack_tuning() t
+       s.frames, s.truncated, rk_lead_frames(s.frames, rk_param('stack_lead_frames')) AS leading_frames
+FROM per p CROSS JOIN n CROSS JOIN total
 LEFT JOIN stacks s USING (stack_id)
 ORDER BY excess_ms DESC, p.target_ns DESC, p.stack_id;

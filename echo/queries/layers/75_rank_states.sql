@@ -39,7 +39,6 @@ typed AS (
     FROM latest
 )
 SELECT t.*, (t.at_ns - t.call_since_ns) / 1e9 AS call_s, (t.at_ns - t.offcpu_since_ns) / 1e9 AS off_cpu_s,
-       st.frames, rk_lead_frames(st.frames, k.lead_frames) AS leading_frames
+       st.frames, rk_lead_frames(st.frames, rk_param('stack_lead_frames')) AS leading_frames
 FROM typed t
-CROSS JOIN rk_stack_tuning() k
 LEFT JOIN stacks st ON st.stack_id = t.stack_id;
