@@ -51,6 +51,8 @@ ALLOWED: dict[str, list[str]] = {
         "quantile_cont(e.extra_ns, 0.95) / 1e6 AS p95_late_ms",  # the p95 the column is named for
         "count(*) FILTER (WHERE share >= 0.999 * top) OVER w AS at_top",  # equal to the top, as floats
         "AND r.share >= 0.999 * r.top",
+        "FROM r GROUP BY ALL HAVING count(DISTINCT node_id) = 2",  # a node pair: a link's two ends
+        "rank IS NULL AND node_id IS NOT NULL AND named_nodes = 2 AS two_named,",
     ],
     "70_stacks.sql": [
         "coalesce(to_t, CAST(9e18 AS BIGINT)) AS hi",  # an open end: after any timestamp
