@@ -8,7 +8,8 @@ measured at 19.8 ms against a 20 ms threshold should not flip a score; so is a (
 fired on whose effect fell short of the threshold. Every other (step, rank) named
 is a false positive. A diagnosis names episodes by time (``find_stragglers``: ``timestamp_ns`` on its
 reference node's clock), so this module maps each one to the step of the truth whose call time of that
-rank is nearest, after undoing the reference node's true clock offset. Usage::
+rank is nearest, after undoing the reference node's true clock offset (at that step, when its clock
+drifts or steps: :func:`true_time`). Usage::
 
     predictions = predictions_from(truth, diagnosis)     # diagnosis: Diagnosis.find_stragglers(...)
     s = score(truth, predictions)
@@ -18,7 +19,9 @@ rank is nearest, after undoing the reference node's true clock offset. Usage::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import bisect
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,19 +132,34 @@ def _neutral(late: tuple[float, str | None], threshold: float) -> bool:
     return late_ms >= NEUTRAL_FROM * threshold or cause is not None
 
 
-def _reference_offset_ns(truth: dict[str, Any], diagnosis: dict[str, Any]) -> int:
-    """The true clock offset of the node whose clock the diagnosis reports times on."""
-    offsets = {n["node_id"]: n["clock_offset_ns"] for n in truth["nodes"]}
+def true_time(truth: dict[str, Any], diagnosis: dict[str, Any]) -> Callable[[int], float]:
+    """Reference-clock ns -> true ns: the diagnosis reports times on its reference node's clock. A node
+    whose clock drifts or steps (``clock_drift_ppm``, ``clock_step``) has its true offset at every step in
+    the truth (``offsets``): a time takes the offset of the step whose first call it is nearest to, as that
+    clock read it. Any other node's offset is its constant ``clock_offset_ns``."""
+    nodes = {n["node_id"]: n for n in truth["nodes"]}
     cluster = next((c for c in diagnosis["clusters"] if c["cluster_id"] == truth["cluster_id"]), None)
-    reference = (cluster or {}).get("reference_node")
-    return int(offsets.get(reference, 0))
+    node = nodes.get((cluster or {}).get("reference_node"), {})
+    constant = int(node.get("clock_offset_ns", 0))
+    first_call = {s["step"]: min(r["enter_ns"] for r in s["ranks"]) for s in truth["per_step"] if s["ranks"]}
+    marks = sorted((first_call[o["step"]] + o["offset_ns"], o["offset_ns"])
+                   for o in node.get("offsets") or [] if o["step"] in first_call)  # fmt: skip
+    if not marks:
+        return lambda ns: ns - constant
+
+    def undo(ns: int) -> float:
+        i = bisect.bisect_left(marks, (ns, -math.inf))
+        near = min(marks[max(i - 1, 0) : i + 1], key=lambda m: abs(m[0] - ns))
+        return ns - near[1]
+
+    return undo
 
 
 def predictions_from(truth: dict[str, Any], diagnosis: dict[str, Any]) -> list[Prediction]:
     """Every episode of every straggler the diagnosis reports for the truth's cluster, as (step, rank,
     fault kind) on the truth's step numbering; an episode no step's call of that rank is near (within
     half a step) keeps step -1, which is never a positive."""
-    shift = _reference_offset_ns(truth, diagnosis)
+    to_true = true_time(truth, diagnosis)
     calls: dict[int, list[tuple[int, int]]] = {}
     for s in truth["per_step"]:
         for r in s["ranks"]:
@@ -157,7 +175,7 @@ def predictions_from(truth: dict[str, Any], diagnosis: dict[str, Any]) -> list[P
             continue  # a slow link names no late rank: scored on its own (links in rankecho.evaluate)
         for episode in straggler["episodes"]:
             cause = CAUSE_TO_FAULT.get(episode["cause"] or "")
-            true_ns = episode["timestamp_ns"] - shift
+            true_ns = to_true(episode["timestamp_ns"])
             for rank in episode.get("ranks") or [straggler["rank"]]:
                 nearest = min(calls.get(rank, []), key=lambda c: abs(c[0] - true_ns), default=None)
                 step = nearest[1] if nearest and abs(nearest[0] - true_ns) <= half_step_ns else -1

@@ -3,7 +3,7 @@
 An episode is a slow step: a step at which a ``slow_link`` fault fired (the truth's ``links[].steps``).
 The diagnosis reports each slow step as an episode of a ``kind: 'link'`` entry of find_stragglers, named
 by time; this maps it to the truth's step whose calls are nearest (after undoing the reference node's
-true clock offset, as :mod:`rankecho.sim.score` does for stragglers). A named slow step with no fault is
+true clock offset at that step, as :mod:`rankecho.sim.score` does for stragglers). A named slow step with no fault is
 a false positive, a faulted step not named a false negative; of the true positives, ``node_right``
 counts those where one link is named at that step and it holds the faulted node (a node's NIC: that node;
 a rank's link: the rank's node): the faulted node itself, a rank on it, or a node pair (the link between
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rankecho.sim.score import _reference_offset_ns
+from rankecho.sim.score import true_time
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def link_steps(truth: dict[str, Any], diagnosis: dict[str, Any]) -> dict[int, se
     """Every slow step the diagnosis names for the truth's cluster, as truth step -> the links named there,
     each as the nodes it holds (one node, a rank's node, a pair's two; () when not localised); an episode
     no step's calls are near (within half a step) maps to step -1."""
-    shift = _reference_offset_ns(truth, diagnosis)
+    to_true = true_time(truth, diagnosis)
     calls = sorted((r["enter_ns"], s["step"]) for s in truth["per_step"] for r in s["ranks"])
     steps_ms = sorted(r["step_ms"] for s in truth["per_step"] for r in s["ranks"])
     half_step_ns = (steps_ms[len(steps_ms) // 2] if steps_ms else 100.0) * 1e6 / 2
@@ -69,7 +69,7 @@ def link_steps(truth: dict[str, Any], diagnosis: dict[str, Any]) -> dict[int, se
         if entry["cluster_id"] != truth["cluster_id"] or entry["kind"] != "link":
             continue
         for episode in entry["episodes"]:
-            true_ns = episode["timestamp_ns"] - shift
+            true_ns = to_true(episode["timestamp_ns"])
             nearest = min(calls, key=lambda c: abs(c[0] - true_ns), default=None)
             step = nearest[1] if nearest and abs(nearest[0] - true_ns) <= half_step_ns else -1
             out.setdefault(step, set()).add(_nodes(entry))

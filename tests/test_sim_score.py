@@ -222,3 +222,20 @@ def test_a_rank_late_only_at_a_faults_steps_is_load_the_fault_spilled_not_named_
     assert spilled_ranks(truth, node) == set()  # a node is spilled_nodes' to judge
     other = {**rank_named(3, 3), "stragglers": [{**rank_named(3, 3)["stragglers"][0], "cluster_id": "x"}]}
     assert spilled_ranks(truth, other) == set()  # another cluster's rank 3
+
+
+def test_episodes_map_by_the_reference_nodes_true_offset_at_each_step_when_its_clock_steps() -> None:
+    """A reference node whose clock drifts and then steps 40 ms (an NTP step, ``clock_step``) reads the
+    calls after the step 40 ms later than the constant offset says: almost a step here. Its per-step true
+    offsets (the truth's ``offsets``) map every episode back to its own step; the constant offset would
+    put the later ones a step off."""
+    truth = full_truth()
+    t0, step_ns, late = 1_000_000_000_000, 45_000_000, 60_000_000
+    offset = {s: 30_000_000 + s * 100_000 + (40_000_000 if s >= 5 else 0) for s in range(12)}  # drift, step
+    truth["nodes"][1]["offsets"] = [{"step": s, "offset_ns": o} for s, o in offset.items()]
+    found = diagnosis("b", [(2, t0 + s * step_ns + late + offset[s], "allocator") for s in (3, 6)])
+    assert predictions_from(truth, found) == [(3, 2, "alloc_stall"), (6, 2, "alloc_stall")]
+    constant = full_truth()  # the same times undone with the constant 30 ms: step 6's lands on step 8's call
+    assert predictions_from(constant, found) == [(3, 2, "alloc_stall"), (8, 2, "alloc_stall")]
+    on_a = diagnosis("a", [(2, t0 + 6 * step_ns + late, "allocator")])  # node a's clock: no offsets to use
+    assert predictions_from(truth, on_a) == [(6, 2, "alloc_stall")]
