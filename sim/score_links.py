@@ -1,16 +1,16 @@
 """Score the slow links a diagnosis reports against a simulated run's ground truth (issue 24's targets).
 
-An episode is a slow step: a step at which a ``slow_link`` fault fired (the truth's ``links[].steps``).
-The diagnosis reports each slow step as an episode of a ``kind: 'link'`` entry of find_stragglers, named
-by time; this maps it to the truth's step whose calls are nearest (after undoing the reference node's
-true clock offset at that step, as :mod:`rankecho.sim.score` does for stragglers). A named slow step with no fault is
-a false positive, a faulted step not named a false negative; of the true positives, ``node_right``
-counts those where one link is named at that step and it holds the faulted node (a node's NIC: that node;
-a rank's link: the rank's node): the faulted node itself, a rank on it, or a node pair (the link between
-two nodes, ``peer_node_id`` set) of which it is one end. A pair is the most the data can say where both
-ends of the only slow inter-node path finished late alike (two nodes, or a rank and its one partner); the
-search is then down to one path and its two ends. Two links named at the step (two single nodes,
-say), a pair without the faulted node, or a link not localised, is not right. Usage::
+An episode is a slow step: a step at which a ``slow_link`` fault fired (the truth's ``links[].steps``). The
+diagnosis reports each slow step as an episode of a ``kind: 'link'`` entry of find_stragglers, named by
+time; this maps it to the truth's step whose calls are nearest (after undoing the reference node's true
+clock offset at that step, as :mod:`rankecho.sim.score` does for stragglers). A named slow step with no
+fault is a false positive, a faulted step not named a false negative; of the true positives, ``node_right``
+counts those where one link is named at that step and it holds the faulted node (a node's NIC: that node; a
+rank's link: the rank's node): the faulted node itself, a rank on it, or a node pair (the link between two
+nodes, ``peer_node_id`` set) of which it is one end. A pair is the most the data can say where both ends of
+the only slow inter-node path finished late alike (two nodes, or a rank and its one partner); the search is
+then down to one path and its two ends. Two links named at the step (two single nodes, say), a pair without
+the faulted node, or a link not localised, is not right. Usage::
 
     s = score_links(truth, diagnosis)   # diagnosis: Diagnosis.find_stragglers(...)
     s.precision, s.recall, s.node_accuracy
