@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from rankecho.echo.mcp.links import pair_name
 from rankecho.exitcodes import FAILED
 
 
@@ -36,8 +37,8 @@ def _who(s: dict[str, Any]) -> str:
     if s["kind"] == "link":  # a slow transfer, not a late rank (echo/mcp/links.py)
         if s.get("rank") is not None:
             return f"link at rank {s['rank']} ({s['node_id']})"
-        if s.get("peer_node_id") is not None:
-            return f"link {s['node_id']}<->{s['peer_node_id']}"
+        if (pair := pair_name(s)) is not None:
+            return f"link {pair}"
         return f"link at {s['node_id']}" if s["node_id"] is not None else "link (not localised)"
     return f"node {s['node_id']}" if s["kind"] == "node" else f"rank {s['rank']} ({s['node_id']})"
 

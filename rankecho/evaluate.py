@@ -28,6 +28,7 @@ from typing import Any
 from rankecho import exitcodes
 from rankecho.echo.app import Echo
 from rankecho.echo.mcp.diagnosis import EPISODES_LIMIT
+from rankecho.echo.mcp.links import pair_name
 from rankecho.echo.mcp.rates import load_rates
 from rankecho.echo.mcp.tools import Investigation
 from rankecho.echo.settings import HostPort, Settings
@@ -208,8 +209,8 @@ def evaluate(path: Path, workdir: Path, timeout_s: float = 300.0) -> ScenarioRes
 
 def _who(s: dict[str, Any]) -> str:
     if s["kind"] == "link":
-        if s.get("peer_node_id") is not None:
-            return f"link {s['node_id']}<->{s['peer_node_id']}"
+        if (pair := pair_name(s)) is not None:
+            return f"link {pair}"
         return f"link {s['node_id'] or '(not localised)'}"
     return f"node {s['node_id']}" if s["kind"] == "node" else f"rank {s['rank']}"
 

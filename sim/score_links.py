@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rankecho.echo.mcp.links import pair_name
 from rankecho.sim.score import true_time
 
 
@@ -102,6 +103,4 @@ def _nodes(entry: dict[str, Any]) -> tuple[str, ...]:
 def _named(entry: dict[str, Any]) -> str:
     if entry.get("rank") is not None:
         return f"rank {entry['rank']} ({entry['node_id']})"
-    if entry.get("peer_node_id") is not None:
-        return f"{entry['node_id']}<->{entry['peer_node_id']}"
-    return entry["node_id"] or "-"
+    return pair_name(entry) or entry["node_id"] or "-"

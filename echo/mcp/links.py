@@ -88,6 +88,14 @@ def next_step(row: dict[str, Any]) -> str:
     return NEXT_STEP
 
 
+def pair_name(entry: dict[str, Any]) -> str | None:
+    """A node pair's link as the tables spell it (``node-a<->node-b``), or None when the entry is no pair:
+    the one spelling the report, ``rankecho evaluate`` and the link score share."""
+    if entry.get("peer_node_id") is None:
+        return None
+    return f"{entry['node_id']}<->{entry['peer_node_id']}"
+
+
 def who(s: dict[str, Any]) -> str:
     where = "inter-node" if s["link"]["inter_node"] else "intra-node"
     if s["node_id"] is None:
