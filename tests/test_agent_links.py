@@ -84,3 +84,19 @@ def test_pipeline_pairs_name_the_rank_whose_link_is_slow(echo: Echo, tmp_path: P
 def test_a_healthy_pipeline_names_nothing(echo: Echo, tmp_path: Path) -> None:
     _, found = diagnose(echo, "pipeline-healthy", tmp_path)
     assert found["stragglers"] == [], found  # no link, no straggler
+
+
+def test_node_clocks_are_placed_right_when_communicators_span_different_nodes(
+    echo: Echo, tmp_path: Path
+) -> None:
+    """The healthy control: the world on three nodes, dp pairs on two (node-b in two of the three) and
+    node-b's clock 20 ms behind. Each node's offset is measured against a node of the same instance;
+    deviations from instance medians had mixed the world with the pairs and put node-b 5 ms off, and the
+    other nodes' ranks then looked ~5 ms late at half the steps (named by the default call)."""
+    truth, _ = diagnose(echo, "healthy", tmp_path)
+    expected = {n["node_id"]: n["clock_offset_ns"] for n in truth["nodes"]}
+    clock = Investigation(echo.reader, load_rates()).summary()["clock"]  # the latest job's: this one
+    got = {r["node_id"]: r["offset_ms"] * 1e6 for r in clock if r["cluster_id"] == "links-healthy"}
+    assert got.keys() == expected.keys() and expected["node-b"] == -20_000_000
+    for node, offset_ns in expected.items():
+        assert got[node] == pytest.approx(offset_ns, abs=1_000_000), got

@@ -50,7 +50,40 @@ def test_node_offsets_are_recovered_within_a_millisecond(con: duckdb.DuckDBPyCon
         "SELECT node_id, uncertainty_ns, instances, reference_node FROM rk_clock_offsets(NULL, NULL, NULL)",
     )
     assert {r["reference_node"] for r in rows} == {"a"}
-    assert all(r["instances"] >= 60 * 2 * 4 and r["uncertainty_ns"] < 100_000 for r in rows)
+    # the 120 world all-reduces (2 buckets x 60 steps) span the nodes; tensor parallelism stays inside each
+    assert {r["node_id"]: r["instances"] for r in rows} == {"a": 120, "b": 120, "c": 120}
+    assert all(r["uncertainty_ns"] < 100_000 for r in rows)
+
+
+def test_offsets_from_instances_of_different_node_sets_do_not_mix(con: duckdb.DuckDBPyConnection) -> None:
+    """One rank per node, the world all-reduce and pairs {a, b} and {c, d}: node b 40 ms ahead. Measured as
+    each node's deviation from its instances' medians, the pair instances (b 20 ms from their median)
+    and the world (b 40 ms from its median, the others 0) mix: c and d came out 10 ms off, and their ranks
+    then looked late at every step. Measured against one node of the same instance, they do not."""
+    job = SyntheticJob(nodes=(SynNode("a", 1), SynNode("b", 1, 40.0), SynNode("c", 1), SynNode("d", 1)),
+                       steps=60, tp_size=2, buckets=1)  # fmt: skip
+    write_job(con, job)
+    got = offsets_ms(con)
+    for node, expected in {"a": 0.0, "b": 40.0, "c": 0.0, "d": 0.0}.items():
+        assert got[node] == pytest.approx(expected, abs=0.5)
+    assert late_steps(con) == {}
+
+
+def test_a_node_that_shares_no_instance_with_the_reference_is_placed_through_another(
+    con: duckdb.DuckDBPyConnection,
+) -> None:
+    """Node d's world rows lost: it shares only the {c, d} pair's instances, none with the reference a;
+    its offset is c's plus d's against c (two hops), with the uncertainties of both."""
+    job = SyntheticJob(nodes=(SynNode("a", 1), SynNode("b", 1, 40.0), SynNode("c", 1, -15.0),
+                              SynNode("d", 1, 25.0)), steps=60, tp_size=2, buckets=1)  # fmt: skip
+    write_job(con, job)
+    con.execute("DELETE FROM collectives WHERE node_id = 'd' AND comm_nranks = 4")
+    got = offsets_ms(con)
+    for node, expected in {"a": 0.0, "b": 40.0, "c": -15.0, "d": 25.0}.items():
+        assert got[node] == pytest.approx(expected, abs=0.5)
+    rows = {r["node_id"]: r for r in query(con, "SELECT * FROM rk_clock_offsets(NULL, NULL, NULL)")}
+    assert rows["d"]["instances"] == 60 and rows["c"]["instances"] == 60
+    assert rows["d"]["uncertainty_ns"] > rows["c"]["uncertainty_ns"] > 0
 
 
 @pytest.mark.parametrize("offsets", [(0.0, 0.0), (50.0, -50.0), (-50.0, 50.0), (0.0, 49.0)])

@@ -1,8 +1,8 @@
 -- Layer 2: every rank's arrival at every collective instance on one clock, and the step it belongs to.
 -- Clocks: nobody leaves a collective before the last rank arrives, so all ranks of one instance
--- complete together; each node's offset is the median over instances of how much later its ranks
--- report completion than the instance's median, relative to the cluster's reference node (the one
--- with the most ranks; ties by name). Only instances spanning two or more nodes count, at most about
+-- complete together; each node's offset is the median over instances of how much later it reports
+-- completion than another node of the same instance, chained out from the cluster's reference node (the
+-- one with the most ranks; ties by name). Only instances spanning two or more nodes count, at most about
 -- 20,000 of them (clock_sample_rows rows) (an even sample of the window: the offset is a median, more adds nothing).
 -- Reference arrival of an instance: its lower-quartile arrival (reference_arrival_quantile: the 2nd of
 -- 8, the earliest of 2 to 4), so up to three quarters of the ranks, a whole late node among them, can be late against it.
@@ -109,41 +109,69 @@ FROM c JOIN context x USING (inst_key) JOIN streams s USING (stream) JOIN clock 
 
 -- name: rk_clock_offsets
 -- Per (cluster, node): offset_ns subtracted from that node's timestamps to put them on the reference
--- node's clock, its uncertainty (1.4826 * MAD / sqrt(n) of the per-instance deviations), the
--- instances it rests on, and the reference node. A node that shares no instance with another node
--- keeps offset 0 with NULL uncertainty.
+-- node's clock, its uncertainty (1.4826 * MAD / sqrt(n) of the per-instance differences, summed in
+-- quadrature along the path), the instances it rests on (those of the last hop) and the reference node.
+-- Each shared instance gives each node's completion (the median of its ranks') minus the completion of the
+-- instance's anchor: the reference node when it took part, else the instance's first node by name. A
+-- difference is between two nodes of one instance, so instances of different node sets never mix: a
+-- deviation from an instance's median would (a node in the world and in pairs with a node 20 ms off came
+-- out 5 ms off, and its peers were then named late). Nodes are placed outwards from the reference over
+-- these pairs, fewest hops first, then the pair with the most instances. A node that shares no instance
+-- with a placed node keeps offset 0 with NULL uncertainty.
 CREATE OR REPLACE TEMP MACRO rk_clock_offsets(start_ns, end_ns, cluster, job := NULL) AS TABLE
-WITH a AS (SELECT cluster_id, node_id, rank, comm_key, seq_g, complete_ns
+WITH RECURSIVE a AS (SELECT cluster_id, node_id, rank, comm_key, seq_g, complete_ns
            FROM rk_aligned_rows(start_ns, end_ns, cluster, job := job)),
 every AS (SELECT greatest(1, count(*) // rk_param('clock_sample_rows')) AS k FROM a),
-sampled AS MATERIALIZED (  -- about 20,000 instances spread over the window
-    SELECT cluster_id, node_id, comm_key, seq_g, complete_ns FROM a
-    WHERE complete_ns IS NOT NULL AND seq_g % (SELECT k FROM every) = 0
-),
-shared AS (  -- instances seen on two or more nodes: the only ones that say anything about clocks
-    SELECT cluster_id, comm_key, seq_g, median(complete_ns) AS mid
-    FROM sampled GROUP BY ALL HAVING count(DISTINCT node_id) >= 2
-),
-dev AS (
-    SELECT s.cluster_id, s.node_id, s.complete_ns - h.mid AS d
-    FROM sampled s JOIN shared h USING (cluster_id, comm_key, seq_g)
-),
-per_node AS (SELECT cluster_id, node_id, median(d) AS med, count(*) AS n FROM dev GROUP BY ALL),
-spread AS (
-    SELECT p.cluster_id, p.node_id, p.med, p.n, median(abs(d.d - p.med)) AS mad
-    FROM per_node p JOIN dev d USING (cluster_id, node_id) GROUP BY ALL
-),
 nodes AS (SELECT cluster_id, node_id, count(DISTINCT rank) AS ranks FROM a GROUP BY ALL),
 reference AS (
     SELECT DISTINCT ON (cluster_id) cluster_id, node_id AS reference_node
     FROM nodes ORDER BY cluster_id, ranks DESC, node_id
+),
+node_done AS MATERIALIZED (  -- about 20,000 instances spread over the window: each node's completion
+    SELECT cluster_id, comm_key, seq_g, node_id, median(complete_ns) AS done_ns FROM a
+    WHERE complete_ns IS NOT NULL AND seq_g % (SELECT k FROM every) = 0
+    GROUP BY ALL
+),
+anchors AS (  -- instances seen on two or more nodes: the only ones that say anything about clocks
+    SELECT d.cluster_id, d.comm_key, d.seq_g,
+           CASE WHEN bool_or(d.node_id = r.reference_node) THEN any_value(r.reference_node)
+                ELSE min(d.node_id) END AS anchor
+    FROM node_done d JOIN reference r USING (cluster_id)
+    GROUP BY ALL HAVING count(*) >= 2
+),
+diffs AS (
+    SELECT d.cluster_id, x.anchor AS node_from, d.node_id AS node_to, d.done_ns - f.done_ns AS d
+    FROM node_done d JOIN anchors x USING (cluster_id, comm_key, seq_g)
+    JOIN node_done f ON f.cluster_id = d.cluster_id AND f.comm_key = d.comm_key AND f.seq_g = d.seq_g
+                    AND f.node_id = x.anchor
+    WHERE d.node_id <> x.anchor
+),
+pair_median AS (SELECT cluster_id, node_from, node_to, median(d) AS med, count(*) AS n FROM diffs GROUP BY ALL),
+pair_spread AS (
+    SELECT p.cluster_id, p.node_from, p.node_to, p.med, p.n, median(abs(d.d - p.med)) AS mad
+    FROM pair_median p JOIN diffs d USING (cluster_id, node_from, node_to) GROUP BY ALL
+),
+pairs AS MATERIALIZED (  -- both directions of every pair, with the variance of its median
+    SELECT cluster_id, node_from, node_to, med, n, (1.4826 * mad) ^ 2 / n AS var FROM pair_spread
+    UNION ALL
+    SELECT cluster_id, node_to, node_from, -med, n, (1.4826 * mad) ^ 2 / n FROM pair_spread
+),
+placed(cluster_id, node_id, hops, offset_ns, var, instances) USING KEY (cluster_id, node_id) AS (
+    SELECT r.cluster_id, r.reference_node, 0, 0::DOUBLE, 0::DOUBLE,
+           (SELECT count(*) FROM anchors x WHERE x.cluster_id = r.cluster_id AND x.anchor = r.reference_node)
+    FROM reference r
+    UNION
+    SELECT p.cluster_id, p.node_to, w.hops + 1, w.offset_ns + p.med, w.var + p.var, p.n
+    FROM placed w JOIN pairs p ON p.cluster_id = w.cluster_id AND p.node_from = w.node_id
+    LEFT JOIN recurring.placed known ON known.cluster_id = p.cluster_id AND known.node_id = p.node_to
+    WHERE known.node_id IS NULL
+    QUALIFY row_number() OVER (PARTITION BY p.cluster_id, p.node_to ORDER BY p.n DESC, p.node_from) = 1
 )
 SELECT n.cluster_id, n.node_id, n.ranks,
-       CAST(coalesce(s.med - rs.med, 0) AS BIGINT) AS offset_ns,
-       1.4826 * s.mad / sqrt(s.n) AS uncertainty_ns,
-       coalesce(s.n, 0) AS instances,
+       CAST(coalesce(p.offset_ns, 0) AS BIGINT) AS offset_ns,
+       sqrt(p.var) AS uncertainty_ns,
+       coalesce(p.instances, 0) AS instances,
        r.reference_node
 FROM nodes n
 JOIN reference r USING (cluster_id)
-LEFT JOIN spread s USING (cluster_id, node_id)
-LEFT JOIN spread rs ON rs.cluster_id = n.cluster_id AND rs.node_id = r.reference_node;
+LEFT JOIN placed p USING (cluster_id, node_id);
