@@ -122,7 +122,20 @@ HAVING count(*) FILTER (WHERE op = 'ncclSend') = 1 AND count(*) FILTER (WHERE op
 -- transfer, timestamp_ns the step's first collective arrival, ranks those of the slow pairs).
 CREATE OR REPLACE TEMP MACRO rk_links(start_ns, end_ns, cluster, min_late_ms := NULL, job := NULL) AS TABLE
 WITH r AS MATERIALIZED (SELECT * FROM rk_link_rows(start_ns, end_ns, cluster, min_late_ms, job := job)),
-i AS (SELECT * FROM r WHERE first),  -- one row per instance
+own_slow AS (  -- slow one-node instances that are slow on their own: each of whose ranks was in no slow
+    -- multi-node instance at the step that was at least as slow (less the threshold). A one-node instance
+    -- completed by the same sync as a slow inter-node one (the agent sees the sync's return) waited for it:
+    -- on a node with a slow NIC its intra-node communicators look as slow as its inter-node ones.
+    SELECT a.cluster_id, a.comm_key, a.seq_g
+    FROM r a LEFT JOIN r m ON m.cluster_id = a.cluster_id AND m.step = a.step AND m.rank = a.rank
+                          AND m.slow AND m.nodes > 1 AND m.extra_ns + m.threshold_ns >= a.extra_ns
+    WHERE a.slow AND a.nodes = 1
+    GROUP BY ALL HAVING count(m.rank) = 0
+),
+i AS (  -- one row per instance; own: a slow one-node instance that no inter-node one explains
+    SELECT r.*, o.comm_key IS NOT NULL AS own
+    FROM r LEFT JOIN own_slow o USING (cluster_id, comm_key, seq_g) WHERE r.first
+),
 waited AS (SELECT cluster_id, step, count(DISTINCT rank) AS n FROM r WHERE slow GROUP BY ALL),
 slow_steps AS MATERIALIZED (  -- per step with a slow instance: its slowest, the slow communicators
     SELECT cluster_id, step, max(extra_ns) FILTER (WHERE slow) AS extra_ns,
@@ -132,7 +145,7 @@ slow_steps AS MATERIALIZED (  -- per step with a slow instance: its slowest, the
            arg_max(typical_ns, extra_ns) FILTER (WHERE slow) AS typical_ns, any_value(threshold_ns) AS threshold_ns,
            any_value(steps) AS steps, list(DISTINCT comm_key) FILTER (WHERE slow) AS comms,
            bool_or(nodes = cluster_nodes AND nodes > 1 AND extra_ns >= threshold_ns)
-               OR NOT bool_or(slow AND nodes = 1) AS inter_node
+               OR NOT bool_or(slow AND nodes = 1 AND own) AS inter_node
     FROM i GROUP BY cluster_id, step HAVING bool_or(slow)
 ),
 slow_waited AS (SELECT s.*, w.n FROM slow_steps s JOIN waited w USING (cluster_id, step)),  -- n: ranks that waited
