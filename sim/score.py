@@ -206,11 +206,14 @@ def spilled_ranks(truth: dict[str, Any], diagnosis: dict[str, Any]) -> set[str]:
     the ground truth has this rank itself late (from half the threshold up) there. The simulated ranks
     share this machine's two cores, so a fault's CPU hog (a SCHED_FIFO neighbour) really holds other
     ranks back at the fault's steps: naming one of them then reports lateness that happened, caused by
-    that fault, and is not a straggler named without one. A rank also named at any other step, or not
-    late where it is named, stays unexplained."""
+    that fault, and is not a straggler named without one. So is a rank late at a slow_link fault's step
+    or the step after it: the ranks whose transfer was slow finish that step late and start the next one
+    late (slow-rank: ranks 0 and 3, ~36 ms, at each step after a slow one). A rank also named at any
+    other step, or not late where it is named, stays unexplained."""
     threshold = truth.get("straggler_threshold_ms", 0.0)
     late = lateness(truth)
     struck = {s["step"] for s in truth["per_step"] for r in s["ranks"] if r["cause"]}
+    struck |= {step + after for link in truth.get("links") or [] for step in link["steps"] for after in (0, 1)}
     out = set()
     for straggler in diagnosis["stragglers"]:
         if straggler["kind"] != "rank":

@@ -222,6 +222,13 @@ def test_a_rank_late_only_at_a_faults_steps_is_load_the_fault_spilled_not_named_
     assert spilled_ranks(truth, node) == set()  # a node is spilled_nodes' to judge
     other = {**rank_named(3, 3), "stragglers": [{**rank_named(3, 3)["stragglers"][0], "cluster_id": "x"}]}
     assert spilled_ranks(truth, other) == set()  # another cluster's rank 3
+    late_after = truth["per_step"][7]["ranks"][3]  # after a slow link's step 6, rank 3 starts step 7 late
+    late_after["entered_late_by_ms"], late_after["gpu_late_by_ms"] = 35.0, 35.0
+    late_after["enter_ns"] += 35_000_000
+    assert spilled_ranks(truth, rank_named(3, 7)) == set()  # no fault struck step 7
+    truth["links"] = [{"steps": [6], "ranks": [3]}]
+    assert spilled_ranks(truth, rank_named(3, 7)) == {"rank 3"}
+    assert spilled_ranks(truth, rank_named(3, 8, late_ms=0.0)) == set()  # two steps on, and on time
 
 
 def test_episodes_map_by_the_reference_nodes_true_offset_at_each_step_when_its_clock_steps() -> None:
