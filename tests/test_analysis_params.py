@@ -35,8 +35,8 @@ ALLOWED: dict[str, list[str]] = {
         "round(v.rival_offset_ns / 1e6, 1), round(c.offset_ns / 1e6, 1))",
     ],
     "20_arrivals.sql": [
-        "HAVING count(DISTINCT node_id) >= 2",  # a clock is compared between two nodes at least
-        "1.4826 * s.mad / sqrt(s.n) AS uncertainty_ns",  # MAD to standard deviation (normal noise)
+        "GROUP BY ALL HAVING count(*) >= 2",  # a clock is compared between two nodes at least
+        "(1.4826 * mad) ^ 2 / n",  # MAD to standard deviation (normal noise), squared: a median's variance
     ],
     "30_lateness.sql": [
         "WHERE n = comm_size AND n >= 2",  # lateness needs another rank to be late against
