@@ -213,7 +213,8 @@ def spilled_ranks(truth: dict[str, Any], diagnosis: dict[str, Any]) -> set[str]:
     threshold = truth.get("straggler_threshold_ms", 0.0)
     late = lateness(truth)
     struck = {s["step"] for s in truth["per_step"] for r in s["ranks"] if r["cause"]}
-    struck |= {step + after for link in truth.get("links") or [] for step in link["steps"] for after in (0, 1)}
+    link_steps = {step for link in truth.get("links") or [] for step in link["steps"]}
+    struck |= link_steps | {step + 1 for step in link_steps}
     out = set()
     for straggler in diagnosis["stragglers"]:
         if straggler["kind"] != "rank":
