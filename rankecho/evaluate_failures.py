@@ -46,12 +46,14 @@ def is_failure_scenario(scenario: Scenario) -> bool:
 def describe_fault(f: Fault) -> str:
     """A failure fault in words ("hang for good on rank 3 at step 3"); '' for a fault of another kind."""
     who = f"node {f.node}" if f.node else f"rank {f.rank}"
+    before = f" before {f.comm}" if f.comm not in (None, "world") else ""
+    at = f"at step {f.start_step}" + (before or (f" before bucket {f.bucket}" if f.bucket else ""))
     if f.kind == "hang":
-        return f"hang {'for good' if not f.ms else f'{f.ms:g} ms'} on {who} at step {f.start_step}"
+        return f"hang {'for good' if not f.ms else f'{f.ms:g} ms'} on {who} {at}"
     if f.kind == "crash":
-        return f"crash (exit {f.status}) on {who} at step {f.start_step}"
+        return f"crash (exit {f.status}) on {who} {at}"
     if f.kind == "desync":
-        return f"desync (twice the bytes) on {who} at step {f.start_step}"
+        return f"desync (twice the bytes) on {who} {at}"
     return ""
 
 

@@ -47,6 +47,10 @@ def test_all_right_meets_every_target_and_unnamed_failures_are_misses() -> None:
 
 def test_failure_faults_in_words() -> None:
     assert describe_fault(Fault("hang", rank=3, start_step=3)) == "hang for good on rank 3 at step 3"
+    mid_step = Fault("hang", rank=1, start_step=4, bucket=2)
+    assert describe_fault(mid_step) == "hang for good on rank 1 at step 4 before bucket 2"
+    on_tp = Fault("desync", rank=1, start_step=4, comm="tp")
+    assert describe_fault(on_tp) == "desync (twice the bytes) on rank 1 at step 4 before tp"
     timed = Fault("hang", ms=400, node="node-b", start_step=2)
     assert describe_fault(timed) == "hang 400 ms on node node-b at step 2"
     crash = Fault("crash", rank=2, start_step=3, status=7)

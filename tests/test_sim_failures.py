@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rankecho.sim.launcher import LaunchOptions, run_scenario
-from rankecho.sim.scenario import ScenarioError, parse_scenario
+from rankecho.sim.scenario import ScenarioError, load_scenario, parse_scenario
 
 STEP = {"compute_ms": 6, "host_ms": 0.2, "dataloader_ms": 0.2, "allreduce_mb": 1}
 
@@ -104,3 +104,21 @@ def test_hang_for_good_stops_the_rank_until_killed(tmp_path: Path) -> None:
     assert result.truth is not None
     assert result.truth["failures"] == [{"kind": "hang", "rank": 0, "step": 1, "ms": None}]
     assert [s["step"] for s in result.truth["per_step"]] == [0]
+
+
+def test_the_failure_set_has_each_kind_on_several_seeds_and_layouts_and_controls_without_one() -> None:
+    """sim/scenarios/failures, scored by rankecho evaluate: each file plants the one failure its name says
+    (a control none), and each kind is planted on at least two seeds and node layouts."""
+    found: dict[str, set[tuple[int, tuple[int, ...]]]] = {}
+    failures = Path(__file__).resolve().parent.parent / "sim" / "scenarios" / "failures"
+    for path in sorted(failures.glob("*.yaml")):
+        s = load_scenario(path)
+        kinds = [f.kind for f in s.faults]
+        if path.stem.startswith("healthy"):
+            assert kinds == [], path.name
+            continue
+        assert kinds == [path.stem.split("-")[0]], path.name
+        found.setdefault(kinds[0], set()).add((s.seed, tuple(n.ranks for n in s.nodes)))
+    assert found.keys() == {"hang", "crash", "desync"}
+    for kind, runs in found.items():
+        assert len({seed for seed, _ in runs}) >= 2 and len({layout for _, layout in runs}) >= 2, kind
